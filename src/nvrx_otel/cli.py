@@ -1,0 +1,109 @@
+"""The ``nvrx-otel`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import orjson
+
+from nvrx_otel import semconv
+from nvrx_otel._version import __version__
+from nvrx_otel.identity import Identity, resolve
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:  # a pipe: don't truncate names to 80 columns
+        console = Console(width=max(console.width, 120))
+    return console
+
+
+def _print_identity(ident: Identity, *, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(orjson.dumps(ident.attributes(), option=orjson.OPT_INDENT_2).decode())
+        sys.stdout.write("\n")
+        return
+    from rich.table import Table
+
+    table = Table(title="identity of this process")
+    table.add_column("attribute")
+    table.add_column("value")
+    for key, value in ident.attributes().items():
+        table.add_row(key, str(value))
+    _console().print(table)
+
+
+def _print_semconv() -> None:
+    from rich.table import Table
+
+    table = Table(title="span kinds (nvrx_otel.semconv)")
+    for column in ("group (tracer)", "kind", "span name", "required attributes"):
+        table.add_column(column)
+    for spec in semconv.SPANS.values():
+        table.add_row(spec.group, spec.kind, spec.name, ", ".join(spec.required) or "-")
+    _console().print(table)
+
+
+def cmd_identity(args: argparse.Namespace) -> int:
+    """Print this process's identity as resolved from the environment."""
+    _print_identity(resolve(strict=args.strict), as_json=args.json)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the demo job (for now: show the identity and the semantic conventions)."""
+    print(
+        "nvrx-otel demo: the demo job is not built yet; showing the detected identity "
+        "and the span table instead."
+    )
+    _print_identity(resolve(strict=False), as_json=False)
+    _print_semconv()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nvrx-otel",
+        description="Rank-aware OpenTelemetry logging and tracing for distributed training.",
+    )
+    parser.add_argument("--version", action="version", version=f"nvrx-otel {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help=cmd_demo.__doc__)
+    demo.set_defaults(func=cmd_demo)
+
+    ident = sub.add_parser("identity", help=cmd_identity.__doc__)
+    ident.add_argument("--json", action="store_true", help="print JSON attributes")
+    ident.add_argument(
+        "--strict", action="store_true", help="fail on a malformed variable instead of ignoring it"
+    )
+    ident.set_defaults(func=cmd_identity)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Command | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        return func(args)
+    except ValueError as exc:
+        print(f"nvrx-otel: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""Every environment variable nvrx-otel reads: its name, meaning and default, and the parsers.
+
+Each name is a constant ``NAME: Final = "NAME"`` whose docstring says what the variable
+does and its default. The NVRx variables keep NVRx's names, meanings and defaults; new
+knobs are ``NVRX_OTEL_<WHAT>``; ``OTEL_*`` variables keep their OpenTelemetry meaning.
+
+A parser turns the text into a value or raises ``ValueError`` naming the variable and the
+value. :func:`read` applies one: in strict mode (CLIs, tests) the error propagates; on
+setup paths inside training it is printed once to stderr and the default is used, so a
+malformed variable never stops a job.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from typing import Final, TypeVar
+
+T = TypeVar("T")
+
+# --- NVRx (names, meanings and defaults kept) --------------------------------------------
+
+NVRX_LOG_DEBUG: Final = "NVRX_LOG_DEBUG"
+"""``1``/``true``/``yes``/``on`` selects DEBUG level for the ``"nvrx"`` logger. Default: INFO."""
+
+NVRX_LOG_TO_STDOUT: Final = "NVRX_LOG_TO_STDOUT"
+"""``1``/``true``/``yes``/``on``: log to stdout, not stderr, when not spooling. Default: off."""
+
+NVRX_NODE_LOCAL_TMPDIR: Final = "NVRX_NODE_LOCAL_TMPDIR"
+"""Node-local spool root; when set, every rank spools records there for the node's
+aggregator. Keep it on node-local storage (/tmp, /scratch, NVMe). Default: unset (no spool)."""
+
+NVRX_LOG_MAX_FILE_SIZE_KB: Final = "NVRX_LOG_MAX_FILE_SIZE_KB"
+"""Size in KB at which a rank's spool file is rotated. Default: 10240 (10 MB)."""
+
+NVRX_LOG_MAX_LOG_FILES: Final = "NVRX_LOG_MAX_LOG_FILES"
+"""Spool files kept per process; with the file size it sets the spool budget. Default: 4."""
+
+# --- nvrx-otel's own knobs ---------------------------------------------------------------
+
+NVRX_OTEL_NODE_ID: Final = "NVRX_OTEL_NODE_ID"
+"""Node id used in node-log names and records. Default: the host name. Lets tests and
+containers name nodes explicitly."""
+
+NVRX_OTEL_DISABLED: Final = "NVRX_OTEL_DISABLED"
+"""``1``/``true``/``yes``/``on`` turns off every nvrx-otel side effect beyond plain
+stderr logging (no spool, no tracing, no export). Default: off."""
+
+# --- launchers: rank, size and job identity (read, never written) --------------------------
+
+RANK: Final = "RANK"
+"""Global workload rank (torchrun, most launchers)."""
+LOCAL_RANK: Final = "LOCAL_RANK"
+"""Workload rank on the node (torchrun)."""
+WORLD_SIZE: Final = "WORLD_SIZE"
+"""Number of workload processes (torchrun)."""
+LOCAL_WORLD_SIZE: Final = "LOCAL_WORLD_SIZE"
+"""Number of workload processes on the node (torchrun)."""
+GROUP_RANK: Final = "GROUP_RANK"
+"""Rank of the node's worker group (torchrun)."""
+NODE_RANK: Final = "NODE_RANK"
+"""Rank of the node (Lightning and some launchers); LogFlow's fallback for GROUP_RANK."""
+TORCHELASTIC_RUN_ID: Final = "TORCHELASTIC_RUN_ID"
+"""torchrun's run id (the job id when no scheduler id exists)."""
+TORCHELASTIC_RESTART_COUNT: Final = "TORCHELASTIC_RESTART_COUNT"
+"""How many times torchrun restarted the workers (the restart cycle)."""
+OMPI_COMM_WORLD_RANK: Final = "OMPI_COMM_WORLD_RANK"
+"""Open MPI global rank."""
+OMPI_COMM_WORLD_LOCAL_RANK: Final = "OMPI_COMM_WORLD_LOCAL_RANK"
+"""Open MPI rank on the node."""
+OMPI_COMM_WORLD_SIZE: Final = "OMPI_COMM_WORLD_SIZE"
+"""Open MPI number of processes."""
+OMPI_COMM_WORLD_LOCAL_SIZE: Final = "OMPI_COMM_WORLD_LOCAL_SIZE"
+"""Open MPI number of processes on the node."""
+PMIX_RANK: Final = "PMIX_RANK"
+"""PMIx rank (Slurm ``--mpi=pmix``, PRRTE). PMIx exports only the rank and
+``PMIX_NAMESPACE`` (plus server contact variables) to the environment: local rank and
+sizes are PMIx keys read through the PMIx client library, not environment variables."""
+PMIX_NAMESPACE: Final = "PMIX_NAMESPACE"
+"""PMIx namespace of the job (informational)."""
+PMI_RANK: Final = "PMI_RANK"
+"""MPICH/Hydra (PMI-1/2) rank."""
+PMI_SIZE: Final = "PMI_SIZE"
+"""MPICH/Hydra (PMI-1/2) number of processes."""
+MPI_LOCALRANKID: Final = "MPI_LOCALRANKID"
+"""MPICH/Hydra rank on the node."""
+MPI_LOCALNRANKS: Final = "MPI_LOCALNRANKS"
+"""MPICH/Hydra number of processes on the node."""
+SLURM_PROCID: Final = "SLURM_PROCID"
+"""Slurm task rank (the infrastructure rank)."""
+SLURM_LOCALID: Final = "SLURM_LOCALID"
+"""Slurm task rank on the node (the infrastructure local rank)."""
+SLURM_NNODES: Final = "SLURM_NNODES"
+"""Slurm number of nodes in the job step (job-array infra-rank formula)."""
+SLURM_JOB_NUM_NODES: Final = "SLURM_JOB_NUM_NODES"
+"""Slurm number of nodes in the job (fallback for SLURM_NNODES)."""
+SLURM_JOB_ID: Final = "SLURM_JOB_ID"
+"""Slurm job id."""
+SLURM_ARRAY_JOB_ID: Final = "SLURM_ARRAY_JOB_ID"
+"""Slurm job-array master job id."""
+SLURM_ARRAY_TASK_ID: Final = "SLURM_ARRAY_TASK_ID"
+"""Slurm job-array task id."""
+
+# --- OpenTelemetry (standard meaning) -------------------------------------------------------
+
+OTEL_SERVICE_NAME: Final = "OTEL_SERVICE_NAME"
+"""``service.name`` of every resource (OpenTelemetry). Default: the SDK's."""
+OTEL_RESOURCE_ATTRIBUTES: Final = "OTEL_RESOURCE_ATTRIBUTES"
+"""Extra resource attributes ``k=v,k2=v2`` (OpenTelemetry); identity attributes win."""
+OTEL_SDK_DISABLED: Final = "OTEL_SDK_DISABLED"
+"""``true`` disables the OpenTelemetry SDK (OpenTelemetry)."""
+
+# --- parsers ---------------------------------------------------------------------------------
+
+_TRUE = frozenset({"1", "true", "yes", "on", "t", "y"})
+_FALSE = frozenset({"0", "false", "no", "off", "f", "n", ""})
+
+
+def parse_flag(name: str, value: str) -> bool:
+    """``1/true/yes/on`` → True, ``0/false/no/off`` (or empty) → False, case-insensitive."""
+    v = value.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise ValueError(f"{name}={value!r}: expected one of 1/true/yes/on or 0/false/no/off")
+
+
+def parse_nonneg_int(name: str, value: str) -> int:
+    """A whole number >= 0 (ranks, sizes, ids)."""
+    try:
+        n = int(value.strip(), 10)
+    except ValueError:
+        raise ValueError(f"{name}={value!r}: expected a whole number >= 0") from None
+    if n < 0:
+        raise ValueError(f"{name}={value!r}: expected a whole number >= 0")
+    return n
+
+
+def parse_positive_int(name: str, value: str) -> int:
+    """A whole number >= 1 (sizes, counts)."""
+    n = parse_nonneg_int(name, value)
+    if n < 1:
+        raise ValueError(f"{name}={value!r}: expected a whole number >= 1")
+    return n
+
+
+def parse_nonneg_float(name: str, value: str) -> float:
+    """A finite number >= 0 (seconds, megabytes)."""
+    try:
+        x = float(value.strip())
+    except ValueError:
+        raise ValueError(f"{name}={value!r}: expected a number >= 0") from None
+    if not (0 <= x < float("inf")):
+        raise ValueError(f"{name}={value!r}: expected a number >= 0")
+    return x
+
+
+def parse_text(name: str, value: str) -> str:
+    """Non-empty text without control characters (ids, names)."""
+    v = value.strip()
+    if not v or any(ord(c) < 32 or ord(c) == 127 for c in v):
+        raise ValueError(f"{name}={value!r}: expected non-empty text without control characters")
+    return v
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+_warned: set[str] = set()
+_warn_lock = threading.Lock()
+
+
+def warn_once(message: str) -> None:
+    """Print ``message`` to stderr once per process (setup paths never raise into training)."""
+    with _warn_lock:
+        if message in _warned:
+            return
+        _warned.add(message)
+    try:
+        print(f"nvrx-otel: {message}", file=sys.stderr, flush=True)
+    except Exception:  # stderr closed or broken: nothing left to tell
+        pass
+
+
+def _reset_after_fork() -> None:
+    global _warn_lock
+    _warn_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def read(
+    name: str,
+    parse: Callable[[str, str], T],
+    default: T,
+    *,
+    environ: Mapping[str, str] | None = None,
+    strict: bool = False,
+    consequence: str = "using the default",
+) -> T:
+    """Parse ``name`` from ``environ`` (default ``os.environ``); unset or empty gives ``default``.
+
+    A malformed value raises ``ValueError`` in strict mode; otherwise one line naming the
+    variable, the value and ``consequence`` goes to stderr and ``default`` is returned.
+    """
+    raw = (os.environ if environ is None else environ).get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return parse(name, raw)
+    except ValueError as exc:
+        if strict:
+            raise
+        warn_once(f"{exc}; {consequence}")
+        return default

@@ -1,0 +1,218 @@
+"""Who this process is in the job: ranks, sizes, node and job, resolved once per process.
+
+Precedence (first variable present wins):
+
+- workload rank: RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK
+- workload local rank: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID
+- world size: WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE
+- local world size: LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS
+- group rank: GROUP_RANK (torchrun)
+- infra rank: SLURM_ARRAY_TASK_ID * SLURM_NNODES (or SLURM_JOB_NUM_NODES) + SLURM_PROCID
+  for array tasks, else SLURM_PROCID; infra local rank: SLURM_LOCALID
+- job id: SLURM_ARRAY_JOB_ID_SLURM_ARRAY_TASK_ID for array tasks, else SLURM_JOB_ID, else
+  TORCHELASTIC_RUN_ID, else none; restart cycle: TORCHELASTIC_RESTART_COUNT
+- node id: NVRX_OTEL_NODE_ID, else the host name
+
+PMIx launchers export only PMIX_RANK and PMIX_NAMESPACE (plus PMIx server contact
+variables) to the environment; local rank and sizes are PMIx keys, so under plain PMIx
+they stay unknown unless the launcher (Slurm, Open MPI) exports its own variables too.
+
+An explicit override (:func:`set_identity`, for ``mp.spawn``-style jobs that pass ranks as
+arguments) wins over the environment and is inherited by forked children.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.util.types import AttributeValue
+
+from nvrx_otel import env, semconv
+
+_CONSEQUENCE = "treating it as unknown"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """One process's place in the job. ``None`` means unknown."""
+
+    workload_rank: int | None
+    workload_local_rank: int | None
+    world_size: int | None
+    local_world_size: int | None
+    group_rank: int | None
+    infra_rank: int | None
+    infra_local_rank: int | None
+    node_id: str
+    job_id: str | None
+    array_task_id: int | None
+    restart_cycle: int | None
+    host_name: str
+    pid: int
+
+    def attributes(self) -> dict[str, AttributeValue]:
+        """The resource attributes of this identity (unknown values left out)."""
+        pairs: list[tuple[str, AttributeValue | None]] = [
+            (semconv.WORKLOAD_RANK, self.workload_rank),
+            (semconv.WORKLOAD_LOCAL_RANK, self.workload_local_rank),
+            (semconv.WORKLOAD_WORLD_SIZE, self.world_size),
+            (semconv.WORKLOAD_LOCAL_WORLD_SIZE, self.local_world_size),
+            (semconv.WORKLOAD_GROUP_RANK, self.group_rank),
+            (semconv.INFRA_RANK, self.infra_rank),
+            (semconv.INFRA_LOCAL_RANK, self.infra_local_rank),
+            (semconv.NODE_ID, self.node_id),
+            (semconv.JOB_ID, self.job_id),
+            (semconv.JOB_ARRAY_TASK_ID, self.array_task_id),
+            (semconv.RESTART_CYCLE, self.restart_cycle),
+            (semconv.HOST_NAME, self.host_name),
+            (semconv.PROCESS_PID, self.pid),
+            (semconv.SERVICE_INSTANCE_ID, f"{self.job_id or 'nojob'}/{self.node_id}/{self.pid}"),
+        ]
+        return {k: v for k, v in pairs if v is not None}
+
+    def resource(self) -> Resource:
+        """An OTel Resource: the SDK defaults, OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
+        merged as the SDK does, with the identity attributes taking precedence."""
+        return Resource.create(self.attributes())
+
+
+_OVERRIDABLE = frozenset(f.name for f in fields(Identity)) - {"pid", "host_name"}
+
+
+def _first_int(environ: Mapping[str, str], names: tuple[str, ...], strict: bool) -> int | None:
+    for name in names:
+        if environ.get(name, "").strip():
+            return env.read(
+                name,
+                env.parse_nonneg_int,
+                None,
+                environ=environ,
+                strict=strict,
+                consequence=_CONSEQUENCE,
+            )
+    return None
+
+
+def _int(environ: Mapping[str, str], name: str, strict: bool) -> int | None:
+    return _first_int(environ, (name,), strict)
+
+
+def _text(environ: Mapping[str, str], name: str, strict: bool) -> str | None:
+    return env.read(
+        name, env.parse_text, None, environ=environ, strict=strict, consequence=_CONSEQUENCE
+    )
+
+
+def resolve(
+    environ: Mapping[str, str] | None = None,
+    *,
+    strict: bool = False,
+    host_name: str | None = None,
+    pid: int | None = None,
+    **overrides: Any,
+) -> Identity:
+    """Resolve the identity from ``environ`` (default ``os.environ``), without caching.
+
+    ``strict=True`` raises ``ValueError`` naming a malformed variable and its value;
+    otherwise that variable is reported once on stderr and treated as unknown.
+    ``overrides`` (field names of :class:`Identity`) win over the environment.
+    """
+    e = os.environ if environ is None else environ
+    host = host_name if host_name is not None else socket.gethostname()
+    procid = _int(e, env.SLURM_PROCID, strict)
+    task = _int(e, env.SLURM_ARRAY_TASK_ID, strict)
+    nnodes = _first_int(e, (env.SLURM_NNODES, env.SLURM_JOB_NUM_NODES), strict)
+    infra_rank = procid
+    if task is not None and nnodes is not None and procid is not None:
+        infra_rank = task * nnodes + procid
+    array_job = _text(e, env.SLURM_ARRAY_JOB_ID, strict)
+    if array_job is not None and task is not None:
+        job_id: str | None = f"{array_job}_{task}"
+    else:
+        job_id = _text(e, env.SLURM_JOB_ID, strict) or _text(e, env.TORCHELASTIC_RUN_ID, strict)
+    ident = Identity(
+        workload_rank=_first_int(
+            e, (env.RANK, env.OMPI_COMM_WORLD_RANK, env.PMIX_RANK, env.PMI_RANK), strict
+        ),
+        workload_local_rank=_first_int(
+            e, (env.LOCAL_RANK, env.OMPI_COMM_WORLD_LOCAL_RANK, env.MPI_LOCALRANKID), strict
+        ),
+        world_size=_first_int(e, (env.WORLD_SIZE, env.OMPI_COMM_WORLD_SIZE, env.PMI_SIZE), strict),
+        local_world_size=_first_int(
+            e,
+            (env.LOCAL_WORLD_SIZE, env.OMPI_COMM_WORLD_LOCAL_SIZE, env.MPI_LOCALNRANKS),
+            strict,
+        ),
+        group_rank=_int(e, env.GROUP_RANK, strict),
+        infra_rank=infra_rank,
+        infra_local_rank=_int(e, env.SLURM_LOCALID, strict),
+        node_id=_text(e, env.NVRX_OTEL_NODE_ID, strict) or host,
+        job_id=job_id,
+        array_task_id=task,
+        restart_cycle=_int(e, env.TORCHELASTIC_RESTART_COUNT, strict),
+        host_name=host,
+        pid=os.getpid() if pid is None else pid,
+    )
+    unknown = set(overrides) - _OVERRIDABLE
+    if unknown:
+        raise TypeError(f"set_identity() got unknown fields: {', '.join(sorted(unknown))}")
+    return replace(ident, **overrides) if overrides else ident
+
+
+# --- the per-process value -----------------------------------------------------------------
+
+_lock = threading.Lock()
+_cached: Identity | None = None
+_overrides: dict[str, Any] = {}
+
+
+def get_identity() -> Identity:
+    """This process's identity, resolved once (and again in a forked child)."""
+    ident = _cached
+    if ident is not None and ident.pid == os.getpid():
+        return ident
+    return _refresh()
+
+
+def _refresh() -> Identity:
+    global _cached
+    with _lock:
+        _cached = resolve(**_overrides)
+        return _cached
+
+
+def set_identity(**fields_: Any) -> Identity:
+    """Override identity fields for this process and its forked children.
+
+    For jobs that pass ranks as arguments (``mp.spawn``): call
+    ``set_identity(workload_rank=rank, world_size=n, workload_local_rank=rank)`` first
+    thing in the worker. Overrides win over the environment; ``None`` clears a field to
+    unknown. Raises ``TypeError`` for a field that does not exist.
+    """
+    resolve(environ={}, host_name="", pid=0, **fields_)  # validates the field names
+    with _lock:
+        _overrides.update(fields_)
+    return _refresh()
+
+
+def clear_identity() -> None:
+    """Drop every override and the cached value (tests, notebooks)."""
+    global _cached
+    with _lock:
+        _overrides.clear()
+        _cached = None
+
+
+def _after_fork_in_child() -> None:
+    global _lock, _cached
+    _lock = threading.Lock()
+    _cached = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

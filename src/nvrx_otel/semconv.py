@@ -1,0 +1,509 @@
+"""Semantic conventions of nvrx-otel: span groups, span kinds and attribute keys.
+
+GENERATED from ``model/`` by ``python -m nvrx_otel._generate``. Do not edit by hand:
+edit the registry and regenerate (a test fails when this file drifts from it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from types import MappingProxyType
+from typing import Final
+
+# --- span groups (instrumentation scopes) ---------------------------------------------
+
+SPAN_GROUP_CKPT: Final = "nv.nvrx.ckpt"
+"""Checkpoint scheduling, worker request, and finalization spans."""
+
+SPAN_GROUP_CKPT_PHASES: Final = "nv.nvrx.ckpt.save"
+"""Checkpoint stage and completion synchronization spans."""
+
+SPAN_GROUP_FT: Final = "nv.nvrx.ftl"
+"""Fault-tolerance operation spans."""
+
+SPAN_GROUP_STARTUP: Final = "nv.nvrx.ftl.python"
+"""Process startup and import spans."""
+
+
+# --- attribute keys ------------------------------------------------------------------
+
+CKPT_BYTES: Final = "nv.nvrx.ckpt.bytes"
+"""Number of bytes written (or staged) by the checkpoint operation."""
+
+CKPT_CALL_IDX: Final = "nv.nvrx.ckpt.call_idx"
+"""Attribute key for the queue-local index shared by schedule, request, and finalize spans."""
+
+CKPT_ITERATION: Final = "nv.nvrx.ckpt.iteration"
+"""Training iteration the checkpoint belongs to."""
+
+CKPT_PATH: Final = "nv.nvrx.ckpt.path"
+"""Destination path of the checkpoint."""
+
+CKPT_STRATEGY: Final = "nv.nvrx.ckpt.strategy"
+"""Checkpoint save strategy as named by the framework."""
+
+DROP_COUNT: Final = "nv.nvrx.drop.count"
+"""Number of records a drop or corruption report accounts for."""
+
+DROP_PID: Final = "nv.nvrx.drop.pid"
+"""Process id of the writer whose records were dropped."""
+
+DROP_RANK: Final = "nv.nvrx.drop.rank"
+"""Workload rank of the writer whose records were dropped (absent when unknown)."""
+
+DROP_REASON: Final = "nv.nvrx.drop.reason"
+"""Why records were dropped."""
+
+INFRA_LOCAL_RANK: Final = "nv.nvrx.infra.local_rank"
+"""Infrastructure local rank on the node (SLURM_LOCALID)."""
+
+INFRA_RANK: Final = "nv.nvrx.infra.rank"
+"""Infrastructure rank; for SLURM job arrays SLURM_ARRAY_TASK_ID * SLURM_NNODES + SLURM_PROCID, else SLURM_PROCID."""
+
+JOB_ARRAY_TASK_ID: Final = "nv.nvrx.job.array_task_id"
+"""SLURM job-array task id (SLURM_ARRAY_TASK_ID)."""
+
+JOB_ID: Final = "nv.nvrx.job.id"
+"""Job identifier; SLURM_ARRAY_JOB_ID_SLURM_ARRAY_TASK_ID for array tasks, else SLURM_JOB_ID, else TORCHELASTIC_RUN_ID."""
+
+NODE_ID: Final = "nv.nvrx.node.id"
+"""Node identifier used in node log names and records (NVRX_OTEL_NODE_ID, else the host name)."""
+
+PROCESS_NAME: Final = "nv.nvrx.process.name"
+"""Role name of the process as given by the caller (NVRx's node_local_tmp_prefix), e.g. the launcher or a monitor."""
+
+RECORD_KEY: Final = "nv.nvrx.record.key"
+"""Per-record de-duplication key, the writer's random 64-bit id and its sequence number as `<16 hex>-<seq>`; unique per record and stable across re-delivery."""
+
+RESTART_CYCLE: Final = "nv.nvrx.restart.cycle"
+"""Restart cycle of the job, 0 for the first run (TORCHELASTIC_RESTART_COUNT, or the fault-tolerance launcher's cycle)."""
+
+SPAN_TRUNCATED: Final = "nv.nvrx.span.truncated"
+"""True on a span the aggregator ended because its writer died before ending it."""
+
+WORKLOAD_GROUP_RANK: Final = "nv.nvrx.workload.group_rank"
+"""Rank of this node's worker group (GROUP_RANK from torchrun)."""
+
+WORKLOAD_LOCAL_RANK: Final = "nv.nvrx.workload.local_rank"
+"""Rank of the process among the workload processes on its node (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID)."""
+
+WORKLOAD_LOCAL_WORLD_SIZE: Final = "nv.nvrx.workload.local_world_size"
+"""Number of workload processes on this node (LOCAL_WORLD_SIZE from torchrun)."""
+
+WORKLOAD_RANK: Final = "nv.nvrx.workload.rank"
+"""Global rank of the process in the workload (RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK)."""
+
+WORKLOAD_WORLD_SIZE: Final = "nv.nvrx.workload.world_size"
+"""Number of workload processes in the job (WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE)."""
+
+CODE_FILE_PATH: Final = "code.file.path"
+"""Source file of the logging call."""
+
+CODE_FUNCTION_NAME: Final = "code.function.name"
+"""Function of the logging call."""
+
+CODE_LINE_NUMBER: Final = "code.line.number"
+"""Line number of the logging call."""
+
+ERROR_TYPE: Final = "error.type"
+"""Class of error an operation ended with."""
+
+EXCEPTION_MESSAGE: Final = "exception.message"
+"""Message of the exception."""
+
+EXCEPTION_STACKTRACE: Final = "exception.stacktrace"
+"""Stack trace of the exception as text."""
+
+EXCEPTION_TYPE: Final = "exception.type"
+"""Type of the exception."""
+
+HOST_NAME: Final = "host.name"
+"""Host name of the machine."""
+
+LOGGER_NAME: Final = "log.logger.name"
+"""Name of the logger that produced a record (the logger name attribute of the OTel logging bridge)."""
+
+PROCESS_PARENT_PID: Final = "process.parent_pid"
+"""Parent process identifier."""
+
+PROCESS_PID: Final = "process.pid"
+"""Process identifier."""
+
+SERVICE_INSTANCE_ID: Final = "service.instance.id"
+"""Unique id of this service instance (one per process)."""
+
+SERVICE_NAME: Final = "service.name"
+"""Logical name of the service (OTEL_SERVICE_NAME)."""
+
+SERVICE_VERSION: Final = "service.version"
+"""Version of the service."""
+
+THREAD_ID: Final = "thread.id"
+"""Current thread id."""
+
+THREAD_NAME: Final = "thread.name"
+"""Current thread name."""
+
+
+class DropReasonValues(str, Enum):
+    """Values of ``nv.nvrx.drop.reason``."""
+
+    BUDGET = "budget"
+    """The writer's spool budget was exceeded."""
+
+    ROTATION = "rotation"
+    """Node-log rotation deleted a backup that held these records."""
+
+    CORRUPT = "corrupt"
+    """Bytes in the spool were not a complete, decodable record."""
+
+    WRITE_ERROR = "write_error"
+    """The writer could not append the record (full disk, removed directory)."""
+
+    OTLP_BACKLOG = "otlp_backlog"
+    """Records dropped from the OTLP backlog under spool-budget pressure after the node log had them."""
+
+
+# --- span kinds ----------------------------------------------------------------------
+
+
+class CkptSpanKind(str, Enum):
+    """Span kinds of the ``nv.nvrx.ckpt`` group."""
+
+    SCHEDULE = "schedule"
+    """The trainer schedules a checkpoint save."""
+
+    REQUEST = "request"
+    """A checkpoint worker serves the save request."""
+
+    FINALIZE = "finalize"
+    """The trainer finalizes a completed checkpoint."""
+
+
+class CkptSaveSpanKind(str, Enum):
+    """Span kinds of the ``nv.nvrx.ckpt.save`` group."""
+
+    STAGE_WAIT = "stage_wait"
+    """Waiting for a free staging buffer."""
+
+    SHM_DRAIN = "shm_drain"
+    """Draining shared memory of a previous save."""
+
+    STAGE = "stage"
+    """Copying device tensors to host staging memory."""
+
+    PRELOAD = "preload"
+    """Preloading tensors for the writer."""
+
+    WRITE = "write"
+    """Writing checkpoint bytes to storage."""
+
+    COMPLETION_SYNC = "completion_sync"
+    """Synchronising completion of the save across ranks."""
+
+
+class FtSpanKind(str, Enum):
+    """Span kinds of the ``nv.nvrx.ftl`` group."""
+
+    CYCLE_START = "cycle_start"
+    """The launcher begins a restart cycle."""
+
+    CYCLE = "cycle"
+    """One restart cycle of the job, parent of the workers' spans in that cycle."""
+
+    AWAIT_ROUND = "await_round"
+    """Waiting for the rendezvous round to open."""
+
+    RENDEZVOUS = "rendezvous"
+    """Rendezvous of the nodes taking part in the cycle."""
+
+    HEALTH_CHECK = "health_check"
+    """Node health check before launching workers."""
+
+    WORKER_LAUNCH = "worker_launch"
+    """Launching the worker processes."""
+
+    RUN_START = "run_start"
+    """From worker launch until the workload reports it is running."""
+
+    RUN = "run"
+    """The workload running."""
+
+    FAULT = "fault"
+    """Handling a detected fault."""
+
+    TEARDOWN = "teardown"
+    """Tearing the workers down."""
+
+    ATTRIBUTION = "attribution"
+    """Attributing a fault to a rank, node or cause."""
+
+
+class StartupSpanKind(str, Enum):
+    """Span kinds of the ``nv.nvrx.ftl.python`` group."""
+
+    STARTUP = "startup"
+    """From the process's start (read from the OS) until telemetry was set up."""
+
+    IMPORTS = "imports"
+    """Time spent importing a set of modules."""
+
+
+SPAN_CKPT_SCHEDULE: Final = "nv.nvrx.ckpt.schedule"
+"""The trainer schedules a checkpoint save."""
+
+SPAN_CKPT_REQUEST: Final = "nv.nvrx.ckpt.request"
+"""A checkpoint worker serves the save request."""
+
+SPAN_CKPT_FINALIZE: Final = "nv.nvrx.ckpt.finalize"
+"""The trainer finalizes a completed checkpoint."""
+
+SPAN_CKPT_SAVE_STAGE_WAIT: Final = "nv.nvrx.ckpt.save.stage_wait"
+"""Waiting for a free staging buffer."""
+
+SPAN_CKPT_SAVE_SHM_DRAIN: Final = "nv.nvrx.ckpt.save.shm_drain"
+"""Draining shared memory of a previous save."""
+
+SPAN_CKPT_SAVE_STAGE: Final = "nv.nvrx.ckpt.save.stage"
+"""Copying device tensors to host staging memory."""
+
+SPAN_CKPT_SAVE_PRELOAD: Final = "nv.nvrx.ckpt.save.preload"
+"""Preloading tensors for the writer."""
+
+SPAN_CKPT_SAVE_WRITE: Final = "nv.nvrx.ckpt.save.write"
+"""Writing checkpoint bytes to storage."""
+
+SPAN_CKPT_SAVE_COMPLETION_SYNC: Final = "nv.nvrx.ckpt.save.completion_sync"
+"""Synchronising completion of the save across ranks."""
+
+SPAN_FTL_CYCLE_START: Final = "nv.nvrx.ftl.cycle_start"
+"""The launcher begins a restart cycle."""
+
+SPAN_FTL_CYCLE: Final = "nv.nvrx.ftl.cycle"
+"""One restart cycle of the job, parent of the workers' spans in that cycle."""
+
+SPAN_FTL_AWAIT_ROUND: Final = "nv.nvrx.ftl.await_round"
+"""Waiting for the rendezvous round to open."""
+
+SPAN_FTL_RENDEZVOUS: Final = "nv.nvrx.ftl.rendezvous"
+"""Rendezvous of the nodes taking part in the cycle."""
+
+SPAN_FTL_HEALTH_CHECK: Final = "nv.nvrx.ftl.health_check"
+"""Node health check before launching workers."""
+
+SPAN_FTL_WORKER_LAUNCH: Final = "nv.nvrx.ftl.worker_launch"
+"""Launching the worker processes."""
+
+SPAN_FTL_RUN_START: Final = "nv.nvrx.ftl.run_start"
+"""From worker launch until the workload reports it is running."""
+
+SPAN_FTL_RUN: Final = "nv.nvrx.ftl.run"
+"""The workload running."""
+
+SPAN_FTL_FAULT: Final = "nv.nvrx.ftl.fault"
+"""Handling a detected fault."""
+
+SPAN_FTL_TEARDOWN: Final = "nv.nvrx.ftl.teardown"
+"""Tearing the workers down."""
+
+SPAN_FTL_ATTRIBUTION: Final = "nv.nvrx.ftl.attribution"
+"""Attributing a fault to a rank, node or cause."""
+
+SPAN_FTL_PYTHON_STARTUP: Final = "nv.nvrx.ftl.python.startup"
+"""From the process's start (read from the OS) until telemetry was set up."""
+
+SPAN_FTL_PYTHON_IMPORTS: Final = "nv.nvrx.ftl.python.imports"
+"""Time spent importing a set of modules."""
+
+
+@dataclass(frozen=True)
+class SpanDef:
+    """One span of the conventions: its group (the tracer name), kind and full name."""
+
+    group: str
+    kind: str
+    name: str
+    required: tuple[str, ...]
+    recommended: tuple[str, ...]
+
+
+def span_def(group: str, kind: str | Enum) -> SpanDef:
+    """Look up the span of ``group`` and ``kind``; KeyError names an unknown pair."""
+    kind_name = kind.value if isinstance(kind, Enum) else kind
+    try:
+        return SPANS[f"{group}.{kind_name}"]
+    except KeyError:
+        raise KeyError(f"no span kind {kind_name!r} in span group {group!r}") from None
+
+
+SPANS: Final[Mapping[str, SpanDef]] = MappingProxyType(
+    {
+        SPAN_CKPT_SCHEDULE: SpanDef(
+            group=SPAN_GROUP_CKPT,
+            kind="schedule",
+            name=SPAN_CKPT_SCHEDULE,
+            required=(CKPT_CALL_IDX,),
+            recommended=(CKPT_ITERATION,),
+        ),
+        SPAN_CKPT_REQUEST: SpanDef(
+            group=SPAN_GROUP_CKPT,
+            kind="request",
+            name=SPAN_CKPT_REQUEST,
+            required=(CKPT_CALL_IDX,),
+            recommended=(CKPT_PATH,),
+        ),
+        SPAN_CKPT_FINALIZE: SpanDef(
+            group=SPAN_GROUP_CKPT,
+            kind="finalize",
+            name=SPAN_CKPT_FINALIZE,
+            required=(CKPT_CALL_IDX,),
+            recommended=(),
+        ),
+        SPAN_CKPT_SAVE_STAGE_WAIT: SpanDef(
+            group=SPAN_GROUP_CKPT_PHASES,
+            kind="stage_wait",
+            name=SPAN_CKPT_SAVE_STAGE_WAIT,
+            required=(),
+            recommended=(),
+        ),
+        SPAN_CKPT_SAVE_SHM_DRAIN: SpanDef(
+            group=SPAN_GROUP_CKPT_PHASES,
+            kind="shm_drain",
+            name=SPAN_CKPT_SAVE_SHM_DRAIN,
+            required=(),
+            recommended=(),
+        ),
+        SPAN_CKPT_SAVE_STAGE: SpanDef(
+            group=SPAN_GROUP_CKPT_PHASES,
+            kind="stage",
+            name=SPAN_CKPT_SAVE_STAGE,
+            required=(),
+            recommended=(CKPT_BYTES,),
+        ),
+        SPAN_CKPT_SAVE_PRELOAD: SpanDef(
+            group=SPAN_GROUP_CKPT_PHASES,
+            kind="preload",
+            name=SPAN_CKPT_SAVE_PRELOAD,
+            required=(),
+            recommended=(),
+        ),
+        SPAN_CKPT_SAVE_WRITE: SpanDef(
+            group=SPAN_GROUP_CKPT_PHASES,
+            kind="write",
+            name=SPAN_CKPT_SAVE_WRITE,
+            required=(),
+            recommended=(CKPT_BYTES, CKPT_PATH, CKPT_STRATEGY),
+        ),
+        SPAN_CKPT_SAVE_COMPLETION_SYNC: SpanDef(
+            group=SPAN_GROUP_CKPT_PHASES,
+            kind="completion_sync",
+            name=SPAN_CKPT_SAVE_COMPLETION_SYNC,
+            required=(),
+            recommended=(),
+        ),
+        SPAN_FTL_CYCLE_START: SpanDef(
+            group=SPAN_GROUP_FT,
+            kind="cycle_start",
+            name=SPAN_FTL_CYCLE_START,
+            required=(RESTART_CYCLE,),
+            recommended=(),
+        ),
+        SPAN_FTL_CYCLE: SpanDef(
+            group=SPAN_GROUP_FT,
+            kind="cycle",
+            name=SPAN_FTL_CYCLE,
+            required=(RESTART_CYCLE,),
+            recommended=(),
+        ),
+        SPAN_FTL_AWAIT_ROUND: SpanDef(
+            group=SPAN_GROUP_FT,
+            kind="await_round",
+            name=SPAN_FTL_AWAIT_ROUND,
+            required=(),
+            recommended=(),
+        ),
+        SPAN_FTL_RENDEZVOUS: SpanDef(
+            group=SPAN_GROUP_FT,
+            kind="rendezvous",
+            name=SPAN_FTL_RENDEZVOUS,
+            required=(),
+            recommended=(),
+        ),
+        SPAN_FTL_HEALTH_CHECK: SpanDef(
+            group=SPAN_GROUP_FT,
+            kind="health_check",
+            name=SPAN_FTL_HEALTH_CHECK,
+            required=(),
+            recommended=(),
+        ),
+        SPAN_FTL_WORKER_LAUNCH: SpanDef(
+            group=SPAN_GROUP_FT,
+            kind="worker_launch",
+            name=SPAN_FTL_WORKER_LAUNCH,
+            required=(),
+            recommended=(),
+        ),
+        SPAN_FTL_RUN_START: SpanDef(
+            group=SPAN_GROUP_FT,
+            kind="run_start",
+            name=SPAN_FTL_RUN_START,
+            required=(),
+            recommended=(),
+        ),
+        SPAN_FTL_RUN: SpanDef(
+            group=SPAN_GROUP_FT,
+            kind="run",
+            name=SPAN_FTL_RUN,
+            required=(),
+            recommended=(),
+        ),
+        SPAN_FTL_FAULT: SpanDef(
+            group=SPAN_GROUP_FT,
+            kind="fault",
+            name=SPAN_FTL_FAULT,
+            required=(),
+            recommended=(ERROR_TYPE,),
+        ),
+        SPAN_FTL_TEARDOWN: SpanDef(
+            group=SPAN_GROUP_FT,
+            kind="teardown",
+            name=SPAN_FTL_TEARDOWN,
+            required=(),
+            recommended=(),
+        ),
+        SPAN_FTL_ATTRIBUTION: SpanDef(
+            group=SPAN_GROUP_FT,
+            kind="attribution",
+            name=SPAN_FTL_ATTRIBUTION,
+            required=(),
+            recommended=(),
+        ),
+        SPAN_FTL_PYTHON_STARTUP: SpanDef(
+            group=SPAN_GROUP_STARTUP,
+            kind="startup",
+            name=SPAN_FTL_PYTHON_STARTUP,
+            required=(),
+            recommended=(),
+        ),
+        SPAN_FTL_PYTHON_IMPORTS: SpanDef(
+            group=SPAN_GROUP_STARTUP,
+            kind="imports",
+            name=SPAN_FTL_PYTHON_IMPORTS,
+            required=(),
+            recommended=(),
+        ),
+    }
+)
+"""Every span of the conventions by span name."""
+
+SPAN_KINDS: Final[Mapping[str, type[Enum]]] = MappingProxyType(
+    {
+        SPAN_GROUP_CKPT: CkptSpanKind,
+        SPAN_GROUP_CKPT_PHASES: CkptSaveSpanKind,
+        SPAN_GROUP_FT: FtSpanKind,
+        SPAN_GROUP_STARTUP: StartupSpanKind,
+    }
+)
+"""The Enum of span kinds of each span group."""

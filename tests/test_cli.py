@@ -1,0 +1,49 @@
+"""The nvrx-otel command, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from nvrx_otel import __version__
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "SLURM"))}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "nvrx_otel.cli", *args],
+        capture_output=True, text=True, env=full_env, timeout=60,
+    )  # fmt: skip
+
+
+def test_version() -> None:
+    out = _run("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"nvrx-otel {__version__}"
+
+
+def test_help_lists_commands() -> None:
+    out = _run("--help")
+    assert out.returncode == 0
+    assert "demo" in out.stdout and "identity" in out.stdout
+
+
+def test_identity_json() -> None:
+    out = _run("identity", "--json", env={"RANK": "4", "NVRX_OTEL_NODE_ID": "n9"})
+    assert out.returncode == 0, out.stderr
+    attrs = json.loads(out.stdout)
+    assert attrs["nv.nvrx.workload.rank"] == 4 and attrs["nv.nvrx.node.id"] == "n9"
+
+
+def test_identity_strict_fails_with_one_clear_line() -> None:
+    out = _run("identity", "--strict", env={"RANK": "abc"})
+    assert out.returncode == 2
+    assert out.stderr.strip() == "nvrx-otel: error: RANK='abc': expected a whole number >= 0"
+
+
+def test_demo_runs_without_any_server() -> None:
+    out = _run("demo")
+    assert out.returncode == 0, out.stderr
+    assert "nv.nvrx.ckpt.call_idx" in out.stdout

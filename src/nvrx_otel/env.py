@@ -48,6 +48,29 @@ NVRX_OTEL_DISABLED: Final = "NVRX_OTEL_DISABLED"
 """``1``/``true``/``yes``/``on`` turns off every nvrx-otel side effect beyond plain
 stderr logging (no spool, no tracing, no export). Default: off."""
 
+NVRX_OTEL_NODE_LOG_MAX_MB: Final = "NVRX_OTEL_NODE_LOG_MAX_MB"
+"""Size in MB (fractions allowed) at which the aggregator rotates the node log to ``.1``,
+``.2``, ... (checked between write batches, so a file may pass it by one batch).
+Default: 0 (never rotate)."""
+
+NVRX_OTEL_NODE_LOG_BACKUPS: Final = "NVRX_OTEL_NODE_LOG_BACKUPS"
+"""Rotated node-log backups to keep; rotation deletes older ones and reports the records
+they held as dropped (reason ``rotation``). 0 keeps none. Default: unset (keep all)."""
+
+NVRX_OTEL_HOLD_WINDOW_MS: Final = "NVRX_OTEL_HOLD_WINDOW_MS"
+"""With ``--en-chronological-ordering``: how long (ms) the aggregator holds a record so
+that earlier records of other ranks, read later, can still go before it. Default: 2000
+(twice the default check interval)."""
+
+NVRX_OTEL_STATUS_INTERVAL_S: Final = "NVRX_OTEL_STATUS_INTERVAL_S"
+"""Seconds between the aggregator's status lines on stderr (lag, backlog, records/s,
+drops, corrupt records). 0 turns them off; the final summary is always written.
+Default: 60."""
+
+NVRX_OTEL_SPOOL_BUDGET_MB: Final = "NVRX_OTEL_SPOOL_BUDGET_MB"
+"""Spool bytes (MB) one process may hold unconsumed before new records are dropped and
+counted. Default: NVRX_LOG_MAX_LOG_FILES x NVRX_LOG_MAX_FILE_SIZE_KB (40 MB)."""
+
 # --- launchers: rank, size and job identity (read, never written) --------------------------
 
 RANK: Final = "RANK"

@@ -1,0 +1,174 @@
+"""stdlib ``logging`` glue: a LogRecord becomes the project's record and goes to the spool."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import traceback
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from opentelemetry import trace
+
+from nvrx_otel import record as rec
+from nvrx_otel.identity import get_identity
+from nvrx_otel.spool.paths import job_dir
+from nvrx_otel.spool.writer import DEFAULT_MAX_FILE_SIZE, SpoolWriter, get_writer
+
+SPOOLED_ATTR = "nvrx_spooled"
+"""Set on a LogRecord once it reached the spool, so other front ends never spool it twice."""
+
+_STD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
+    "message",
+    "asctime",
+    "taskName",
+    SPOOLED_ATTR,
+}
+_get_current_span = trace.get_current_span
+_errors = {"count": 0}
+_error_lock = threading.Lock()
+
+
+def report_error(what: str, exc: BaseException) -> None:
+    """Count an error inside logging; tell stderr about the first of each kind only."""
+    with _error_lock:
+        _errors["count"] += 1
+        first = _errors.setdefault(f"seen:{what}:{type(exc).__name__}", 0) == 0
+        _errors[f"seen:{what}:{type(exc).__name__}"] = 1
+    if first:
+        try:
+            sys.stderr.write(
+                f"nvrx-otel: {what}: {type(exc).__name__}: {exc} "
+                "(the record is kept with the error noted; further ones are counted)\n"
+            )
+        except Exception:  # stderr unusable: the count remains
+            pass
+
+
+def error_count() -> int:
+    """How many errors logging swallowed in this process (bad format arguments and such)."""
+    return _errors["count"]
+
+
+def format_message(msg: object, args: Any) -> str:
+    """``msg % args`` as stdlib does, never raising: a bad format keeps msg and args."""
+    try:
+        text = str(msg)
+        if args:
+            text = text % args
+        return text
+    except Exception as exc:
+        report_error("bad log format arguments", exc)
+        try:
+            return f"{msg!r} % {args!r} [format error: {type(exc).__name__}: {exc}]"
+        except Exception:
+            return f"<unprintable message> [format error: {type(exc).__name__}]"
+
+
+ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
+
+
+def add_exception(record: dict[str, Any], exc_info: ExcInfo | tuple[None, None, None]) -> None:
+    """Fill ``exc``/``exc_type``/``exc_msg`` from ``exc_info``."""
+    etype, value, tb = exc_info
+    if etype is None or value is None:
+        return
+    try:
+        record["exc"] = "".join(traceback.format_exception(etype, value, tb)).rstrip("\n")
+        record["exc_type"] = etype.__qualname__
+        record["exc_msg"] = str(value)
+    except Exception as exc:
+        report_error("cannot format exception", exc)
+        record["exc_type"] = getattr(etype, "__qualname__", "?")
+
+
+def add_trace(record: dict[str, Any]) -> None:
+    """Add the current span's trace id, span id and flags when there is a valid span."""
+    ctx = _get_current_span().get_span_context()
+    if ctx.is_valid:
+        record["trace_id"] = format(ctx.trace_id, "032x")
+        record["span_id"] = format(ctx.span_id, "016x")
+        record["tf"] = int(ctx.trace_flags)
+
+
+def from_log_record(lr: logging.LogRecord) -> dict[str, Any]:
+    """The project's record for a stdlib LogRecord (without writer fields)."""
+    msg = format_message(lr.msg, lr.args)
+    out: dict[str, Any] = {
+        "k": rec.KIND_LOG,
+        "ts": int(lr.created * 1_000_000_000),
+        "sev": rec.severity_of(lr.levelno),
+        "lvl": lr.levelname,
+        "lg": lr.name,
+        "msg": msg,
+        "file": lr.filename,
+        "path": lr.pathname,
+        "line": lr.lineno,
+        "fn": lr.funcName,
+        "tid": lr.thread,
+        "tn": lr.threadName,
+    }
+    add_trace(out)
+    if lr.exc_info:
+        add_exception(out, lr.exc_info)
+    elif lr.exc_text:
+        out["exc"] = lr.exc_text
+    if lr.stack_info:
+        out["exc"] = (out.get("exc", "") + "\n" + lr.stack_info).lstrip("\n")
+    extra = {k: v for k, v in vars(lr).items() if k not in _STD_ATTRS}
+    if extra:
+        out["attrs"] = extra
+    return out
+
+
+def default_spool_dir() -> Path | None:
+    """The job's spool directory from ``NVRX_NODE_LOCAL_TMPDIR``, or None when unset."""
+    root = os.environ.get("NVRX_NODE_LOCAL_TMPDIR")
+    return job_dir(root, get_identity().job_id) if root else None
+
+
+class SpoolHandler(logging.Handler):
+    """A ``logging.Handler`` that writes each record to this process's node-local spool.
+
+    Usable from ``dictConfig``::
+
+        {"class": "nvrx_otel.logging.SpoolHandler", "directory": "/tmp/nvrx"}
+
+    ``directory`` is the spool root (default ``NVRX_NODE_LOCAL_TMPDIR``); records go to its
+    ``<job id>`` subdirectory. ``extra`` fields become record attributes. ``emit`` never
+    raises into the caller. Raises ``SpoolPathError`` if the directory is unusable.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        *,
+        proc: str | None = None,
+        max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+        budget: int | None = None,
+        level: int = logging.NOTSET,
+    ) -> None:
+        super().__init__(level)
+        if directory is not None:
+            target = job_dir(directory, get_identity().job_id)
+        else:
+            found = default_spool_dir()
+            if found is None:
+                raise ValueError("SpoolHandler needs a directory or NVRX_NODE_LOCAL_TMPDIR")
+            target = found
+        self.writer: SpoolWriter = get_writer(
+            target, proc=proc, max_file_size=max_file_size, budget=budget
+        )
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.writer.emit(from_log_record(record))
+            setattr(record, SPOOLED_ATTR, True)
+        except Exception as exc:
+            report_error("cannot spool a log record", exc)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        report_error("log handler error", sys.exc_info()[1] or RuntimeError("unknown"))

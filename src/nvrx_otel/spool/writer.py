@@ -1,0 +1,367 @@
+"""The per-process spool writer: append-only, one ``os.write`` per record, fork-safe.
+
+See ``docs/spool-format.md`` for the rules this implements. The hot path takes no lock:
+``next()`` on an ``itertools.count`` is atomic under the GIL, and concurrent ``O_APPEND``
+writes of whole lines to a local file do not interleave. A lock is taken only to rotate.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import itertools
+import os
+import sys
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from nvrx_otel import record as rec
+from nvrx_otel.identity import get_identity
+from nvrx_otel.semconv import DropReasonValues
+from nvrx_otel.spool.paths import SpoolFileName, check_dir
+
+DEFAULT_MAX_FILE_SIZE: Final = 10240 * 1024
+DEFAULT_MAX_FILES: Final = 4
+_RECHECK_NS: Final = 50_000_000  # while dropping, look for freed space at most every 50 ms
+_REOPEN_NS: Final = 1_000_000_000  # after a failed open, try again at most every second
+_OPEN_FLAGS: Final = (
+    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+)
+
+
+def _report(message: str) -> None:
+    try:
+        print(f"nvrx-otel: {message}", file=sys.stderr, flush=True)
+    except Exception:  # stderr gone: the count still goes into the drop record
+        pass
+
+
+class SpoolWriter:
+    """Appends records to ``<directory>/<proc>.p<pid>.<writer>.<index>.jsonl`` files.
+
+    ``emit`` never raises: a record that cannot be written is counted and reported in
+    a ``drop`` record as soon as writing works again (or at exit).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        proc: str | None = None,
+        max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+        budget: int | None = None,
+    ) -> None:
+        check_dir(directory, create=True)
+        self.directory = directory
+        self.proc = proc
+        self.max_file_size = max(4096, max_file_size)
+        default_budget = DEFAULT_MAX_FILES * self.max_file_size
+        self.budget = max(self.max_file_size, default_budget if budget is None else budget)
+        self._lock = threading.Lock()
+        self._start()
+        _all_writers.add(self)
+
+    # -- state that a forked child must replace ------------------------------------------
+
+    def _start(self) -> None:
+        ident = get_identity()
+        self.writer_id = os.urandom(8).hex()
+        self.pid = os.getpid()
+        self._seq = itertools.count()
+        self._fd = -1
+        self._index = -1
+        self._size = 0
+        self._files: list[tuple[str, int]] = []  # (name, bytes) of files this writer made
+        self._retired: list[int] = []  # fds of older files, closed one rotation later
+        self._need_newline = False
+        self._next_try_ns = 0
+        self._dropped = 0
+        self._drop_reason = ""
+        self._drop_first = 0
+        self._drop_last = 0
+        self._errors_reported: set[str] = set()
+        base: dict[str, Any] = {"node": ident.node_id, "pid": self.pid}
+        for key, value in (
+            ("job", ident.job_id),
+            ("rank", ident.workload_rank),
+            ("lrank", ident.workload_local_rank),
+            ("irank", ident.infra_rank),
+            ("ilrank", ident.infra_local_rank),
+        ):
+            if value is not None:
+                base[key] = value
+        self.identity_fields = base
+        # The same fields as bytes, to splice onto a line that ends in "}" (hot path).
+        self.identity_suffix = b"," + orjson.dumps(base)[1:] + b"\n"
+        self._resource = ident.attributes()
+        self._proc_name = self.proc or (
+            f"rank{ident.workload_rank}" if ident.workload_rank is not None else "proc"
+        )
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: drop the parent's descriptors (its locks stay the parent's)."""
+        self._lock = threading.Lock()
+        for fd in [self._fd, *self._retired]:
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._start()
+
+    # -- the hot path -----------------------------------------------------------------------
+
+    def emit(self, record: dict[str, Any]) -> None:
+        """Append one record (a ``record.LogRecord``-shaped dict without v/seq/key/identity)."""
+        seq = next(self._seq)
+        record["v"] = rec.SCHEMA_VERSION
+        record["seq"] = seq
+        record["key"] = f"{self.writer_id}-{seq}"
+        record.update(self.identity_fields)
+        self.write_line(rec.encode(record), record.get("ts", 0))
+
+    def next_seq(self) -> int:
+        """Reserve a sequence number (for front ends that build whole lines themselves)."""
+        return next(self._seq)
+
+    def write_line(self, line: bytes, ts: int) -> None:
+        """Append one encoded line; counts it as dropped if it cannot be written."""
+        full = self._fd < 0 or self._size + len(line) > self.max_file_size or self._dropped
+        if full and not self._make_room(len(line)):
+            self._count_drop(ts, DropReasonValues.BUDGET.value if self._fd >= 0 else "")
+            return
+        fd = self._fd
+        if self._need_newline:
+            line = b"\n" + line
+        try:
+            n = os.write(fd, line)
+            while n < len(line):  # a short write to a regular file: finish the record
+                n += os.write(fd, line[n:])
+            self._need_newline = False
+        except OSError as exc:
+            self._need_newline = True  # a torn piece, if any, stays alone on its line
+            self._count_drop(ts, DropReasonValues.WRITE_ERROR.value)
+            self._report_once(f"cannot write spool file in {self.directory}: {exc}")
+            return
+        self._size += len(line)
+
+    # -- rotation, budget and drops -----------------------------------------------------------
+
+    def _make_room(self, needed: int) -> bool:
+        """Ensure a file with room is open and no drop is pending; False means drop."""
+        now = time.monotonic_ns()
+        if now < self._next_try_ns:
+            return False
+        with self._lock:
+            if self._fd >= 0 and self._size + needed <= self.max_file_size and not self._dropped:
+                return True  # another thread made room
+            if self._fd >= 0 and self._size + needed <= self.max_file_size:
+                return self._flush_drops()
+            if not self._room_in_budget():
+                self._next_try_ns = now + _RECHECK_NS
+                if self._fd < 0:
+                    return False
+                self._drop_reason = self._drop_reason or DropReasonValues.BUDGET.value
+                return False
+            if not self._open_next():
+                self._next_try_ns = now + _REOPEN_NS
+                return False
+            self._next_try_ns = 0
+            return self._flush_drops()
+
+    def _room_in_budget(self) -> bool:
+        alive: list[tuple[str, int]] = []
+        for name, size in self._files:
+            if name == self._current_name() and self._fd >= 0:
+                alive.append((name, self._size))
+                continue
+            try:
+                os.stat(self.directory / name)
+            except FileNotFoundError:
+                continue  # consumed and deleted by the aggregator
+            except OSError:
+                pass
+            alive.append((name, size))
+        self._files = alive
+        used = sum(size for _, size in alive)
+        return used + self.max_file_size <= self.budget
+
+    def _current_name(self) -> str:
+        return self._files[-1][0] if self._files else ""
+
+    def _open_next(self) -> bool:
+        index = self._index + 1
+        name = SpoolFileName(self.writer_id, index, self.pid, self._proc_name).name
+        tmp = self.directory / f".{name}.tmp"
+        header = rec.encode(
+            {
+                "v": rec.SCHEMA_VERSION,
+                "k": rec.KIND_HEADER,
+                "w": self.writer_id,
+                "f": index,
+                "ts": time.time_ns(),
+                "pid": self.pid,
+                "ppid": os.getppid(),
+                "proc": self._proc_name,
+                "res": self._resource,
+            }
+        )
+        try:
+            fd = os.open(tmp, _OPEN_FLAGS, 0o600)
+        except OSError as exc:
+            self._report_once(f"cannot create spool file in {self.directory}: {exc}")
+            return False
+        try:
+            os.write(fd, header)
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            os.rename(tmp, self.directory / name)
+        except OSError as exc:
+            os.close(fd)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            self._report_once(f"cannot create spool file in {self.directory}: {exc}")
+            return False
+        old = self._fd
+        if old >= 0:
+            if self._files:
+                self._files[-1] = (self._files[-1][0], self._size)
+            try:
+                fcntl.flock(old, fcntl.LOCK_UN)  # the old file is complete: writer moved on
+            except OSError:
+                pass
+            # Another thread may still be inside os.write(old): close it one rotation later.
+            for stale in self._retired:
+                try:
+                    os.close(stale)
+                except OSError:
+                    pass
+            self._retired = [old]
+        self._fd, self._index, self._size = fd, index, len(header)
+        self._files.append((name, len(header)))
+        self._need_newline = False
+        return True
+
+    def _count_drop(self, ts: int, reason: str) -> None:
+        if not self._dropped:
+            self._drop_first = ts
+            self._drop_reason = reason or DropReasonValues.WRITE_ERROR.value
+        self._dropped += 1
+        self._drop_last = ts
+
+    def _flush_drops(self) -> bool:
+        """Write the pending drop record (caller holds the lock and has room)."""
+        if not self._dropped:
+            return True
+        count, self._dropped = self._dropped, 0
+        drop = {
+            "v": rec.SCHEMA_VERSION,
+            "k": rec.KIND_DROP,
+            "ts": time.time_ns(),
+            "count": count,
+            "first_ts": self._drop_first,
+            "last_ts": self._drop_last,
+            "reason": self._drop_reason,
+        }
+        seq = next(self._seq)
+        drop["seq"] = seq
+        drop["key"] = f"{self.writer_id}-{seq}"
+        drop.update(self.identity_fields)
+        line = rec.encode(drop)
+        if self._need_newline:
+            line = b"\n" + line
+        try:
+            os.write(self._fd, line)
+        except OSError:
+            self._dropped += count  # still pending; the next attempt reports all of them
+            return False
+        self._need_newline = False
+        self._size += len(line)
+        return True
+
+    def _report_once(self, message: str) -> None:
+        if message not in self._errors_reported:
+            self._errors_reported.add(message)
+            _report(message + " (records are counted and reported as dropped)")
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def current_path(self) -> Path | None:
+        """The live spool file, if one is open."""
+        return self.directory / self._current_name() if self._fd >= 0 else None
+
+    def close(self) -> None:
+        """Write a pending drop record (over budget if need be) and close the files."""
+        with self._lock:
+            if self._dropped and self._fd < 0:
+                self._open_next()
+            if self._dropped and self._fd >= 0:
+                self._flush_drops()
+            for fd in [self._fd, *self._retired]:
+                if fd >= 0:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            self._fd, self._retired = -1, []
+
+
+# --- the per-process writer ---------------------------------------------------------------
+
+_writers: dict[Path, SpoolWriter] = {}
+_all_writers: weakref.WeakSet[SpoolWriter] = weakref.WeakSet()
+_registry_lock = threading.Lock()
+
+
+def get_writer(
+    directory: Path,
+    *,
+    proc: str | None = None,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    budget: int | None = None,
+) -> SpoolWriter:
+    """The process's writer for ``directory`` (created on first use; a SpoolPathError
+    says why a directory cannot be used). Settings of a later call replace earlier ones."""
+    key = directory.absolute()
+    with _registry_lock:
+        writer = _writers.get(key)
+        if writer is None:
+            writer = _writers[key] = SpoolWriter(
+                key, proc=proc, max_file_size=max_file_size, budget=budget
+            )
+        else:
+            writer.max_file_size = max(4096, max_file_size)
+            writer.budget = max(
+                writer.max_file_size,
+                DEFAULT_MAX_FILES * writer.max_file_size if budget is None else budget,
+            )
+            if proc is not None and proc != writer.proc and writer._fd < 0:
+                writer.proc = proc
+                writer._start()
+        return writer
+
+
+def close_writers() -> None:
+    """Flush pending drop records and close every writer of this process."""
+    with _registry_lock:
+        writers = list(_writers.values())
+    for writer in writers:
+        writer.close()
+
+
+def _after_fork_in_child() -> None:
+    global _registry_lock
+    _registry_lock = threading.Lock()
+    for writer in list(_all_writers):  # every writer, also those made outside get_writer
+        writer._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(close_writers)

@@ -1,0 +1,48 @@
+"""Shared fixtures: a clean environment and a clean "nvrx" logger for every test."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from nvrx_otel import identity
+from nvrx_otel.logging import fastpath
+
+_LAUNCHER_PREFIXES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                      "NODE_RANK", "SLURM_", "OMPI_", "PMI", "MPI_", "TORCHELASTIC_", "NVRX_",
+                      "LOGFLOW_", "OTEL_")  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No launcher, NVRX or OTEL variables leak in from the machine running the tests."""
+    for name in list(os.environ):
+        if name.startswith(_LAUNCHER_PREFIXES):
+            monkeypatch.delenv(name)
+    identity.clear_identity()
+    yield
+    identity.clear_identity()
+    logger = logging.getLogger("nvrx")
+    for h in list(logger.handlers):
+        logger.removeHandler(h)
+        h.close()
+    fastpath.uninstall(logger)
+
+
+def read_spool(directory: Path) -> list[dict[str, Any]]:
+    """Every line of every spool file under ``directory`` (headers included), parsed."""
+    out: list[dict[str, Any]] = []
+    for path in sorted(directory.rglob("*.jsonl")):
+        for line in path.read_bytes().splitlines():
+            out.append(orjson.loads(line))
+    return out
+
+
+def log_records(directory: Path) -> list[dict[str, Any]]:
+    return [r for r in read_spool(directory) if r["k"] == "log"]

@@ -1,0 +1,259 @@
+"""NVRx-compatible setup_logger / LogConfig / LogManager and the SpoolHandler."""
+
+from __future__ import annotations
+
+import logging
+import logging.config
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nvrx_otel.logging import LogConfig, LogManager, SpoolHandler, setup_logger
+from nvrx_otel.logging.fastpath import FastLogger
+from nvrx_otel.logging.handler import error_count
+from tests.conftest import log_records
+
+HERE = Path(__file__).name
+
+
+def test_spool_mode_writes_structured_records(tmp_path: Path) -> None:
+    log = setup_logger(node_local_tmp_dir=str(tmp_path))
+    assert log is logging.getLogger("nvrx") and log.propagate is False
+    assert type(log) is FastLogger  # the lean path is on as setup_logger leaves it
+    line = sys._getframe().f_lineno + 1
+    log.info("hello %s", "world", extra={"step": 3})
+    (rec,) = log_records(tmp_path)
+    assert rec["msg"] == "hello world" and rec["lvl"] == "INFO" and rec["sev"] == 9
+    assert rec["lg"] == "nvrx" and rec["path"] == __file__ and rec["line"] == line
+    assert rec["fn"] == "test_spool_mode_writes_structured_records"
+    assert rec["attrs"] == {"step": 3} and rec["pid"] == os.getpid()
+    assert (tmp_path / "nojob").is_dir()
+
+
+def test_env_var_selects_spool_and_job_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NVRX_NODE_LOCAL_TMPDIR", str(tmp_path))
+    monkeypatch.setenv("SLURM_JOB_ID", "777")
+    mgr = LogManager()
+    assert mgr.node_local_tmp_logging_enabled
+    mgr.logger.warning("w")
+    assert [r["msg"] for r in log_records(tmp_path / "777")] == ["w"]
+
+
+def test_full_path_keeps_caller_when_user_adds_a_filter(tmp_path: Path) -> None:
+    log = setup_logger(node_local_tmp_dir=str(tmp_path))
+    seen: list[logging.LogRecord] = []
+
+    def keep(record: logging.LogRecord) -> bool:
+        seen.append(record)
+        return record.getMessage() != "drop me"
+
+    log.addFilter(keep)
+    try:
+        line = sys._getframe().f_lineno + 1
+        log.info("kept")
+        log.info("drop me")
+    finally:
+        log.removeFilter(keep)
+    assert [r["msg"] for r in log_records(tmp_path)] == ["kept"]
+    assert seen[0].filename == HERE and seen[0].lineno == line
+    assert log_records(tmp_path)[0]["line"] == line
+
+
+def test_logger_adapter_and_stacklevel_report_the_real_caller(tmp_path: Path) -> None:
+    log = setup_logger(node_local_tmp_dir=str(tmp_path))
+    adapter = logging.LoggerAdapter(log, {})
+
+    def helper() -> None:
+        log.info("via helper", stacklevel=2)
+
+    line1 = sys._getframe().f_lineno + 1
+    adapter.info("via adapter")
+    line2 = sys._getframe().f_lineno + 1
+    helper()
+    recs = log_records(tmp_path)
+    assert [(r["msg"], r["line"]) for r in recs] == [("via adapter", line1), ("via helper", line2)]
+
+
+def test_exception_is_captured(tmp_path: Path) -> None:
+    log = setup_logger(node_local_tmp_dir=str(tmp_path))
+    try:
+        raise ValueError("bad value")
+    except ValueError:
+        log.exception("failed")
+    (rec,) = log_records(tmp_path)
+    assert rec["lvl"] == "ERROR" and rec["exc_type"] == "ValueError"
+    assert rec["exc_msg"] == "bad value" and "Traceback" in rec["exc"]
+
+
+def test_bad_format_arguments_never_raise(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = setup_logger(node_local_tmp_dir=str(tmp_path))
+    before = error_count()
+    log.info("%d", "x")
+    log.info("%s %s", "only one")
+    log.log("INFO", "level is not an int")  # type: ignore[arg-type]
+    assert error_count() == before + 3
+    msgs = [r["msg"] for r in log_records(tmp_path)]
+    assert len(msgs) == 2 and "format error" in msgs[0]
+    assert capsys.readouterr().err.count("bad log format arguments") == 1
+
+
+def test_debug_env_and_disabled_level(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = setup_logger(node_local_tmp_dir=str(tmp_path))
+    log.debug("hidden")
+    monkeypatch.setenv("NVRX_LOG_DEBUG", "yes")
+    log = setup_logger(node_local_tmp_dir=str(tmp_path))  # env changed: reconfigured
+    log.debug("shown")
+    assert [r["msg"] for r in log_records(tmp_path)] == ["shown"]
+
+
+def test_repeated_setup_with_other_arguments_reconfigures(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    setup_logger(node_local_tmp_dir=str(a)).info("one")
+    setup_logger(node_local_tmp_dir=str(b)).info("two")
+    log = setup_logger(node_local_tmp_dir=str(b))
+    assert len(log.handlers) == 1
+    log.info("three")
+    assert [r["msg"] for r in log_records(a)] == ["one"]
+    assert [r["msg"] for r in log_records(b)] == ["two", "three"]
+
+
+def test_symlinked_spool_falls_back_to_stderr_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    log = setup_logger(node_local_tmp_dir=str(tmp_path / "link"))
+    log.info("still logged")
+    err = capsys.readouterr().err.splitlines()
+    assert any("symlink" in e and "logging to stderr" in e for e in err)
+    assert any(e.endswith("still logged") and "[INFO]" in e for e in err)
+    assert list(real.rglob("*")) == []
+
+
+def test_uncreatable_spool_falls_back_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    log = setup_logger(node_local_tmp_dir="/proc/nvrx-otel-cannot-exist")
+    assert not isinstance(log.handlers[0], SpoolHandler)
+    log.warning("fallback works")
+    err = capsys.readouterr().err
+    assert "cannot create spool directory" in err and "fallback works" in err
+
+
+def test_stream_mode_line_format(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SLURM_PROCID", "3")
+    monkeypatch.setenv("SLURM_LOCALID", "0")
+    monkeypatch.setenv("NVRX_OTEL_NODE_ID", "node001")
+    log = setup_logger()
+    line = sys._getframe().f_lineno + 1
+    log.info("Training started")
+    err = capsys.readouterr().err.strip()
+    tail = f"[INFO] [node001] [workload:?(?) infra:3(0)] {HERE}:{line} Training started"
+    assert err.endswith(tail), err
+    date, clock = err.split(" ")[:2]
+    assert len(date) == 10 and len(clock) == 12 and clock[8] == ","
+
+
+def test_stdout_mode(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("NVRX_LOG_TO_STDOUT", "1")
+    setup_logger().info("to stdout")
+    out = capsys.readouterr()
+    assert "to stdout" in out.out and "to stdout" not in out.err
+
+
+def test_log_file_mode_prefixes_like_srun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_PROCID", "5")
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    target = tmp_path / "base.log"
+    log = setup_logger(log_file=str(target))
+    log.info("line one")
+    for h in log.handlers:
+        h.flush()
+    text = target.read_text()
+    assert text.startswith(" 5: ") and text.rstrip().endswith("line one")
+
+
+def test_spool_handler_from_dictconfig(tmp_path: Path) -> None:
+    logging.config.dictConfig(
+        {
+            "version": 1,
+            "disable_existing_loggers": False,
+            "handlers": {
+                "spool": {"class": "nvrx_otel.logging.SpoolHandler", "directory": str(tmp_path)}
+            },
+            "loggers": {"app.train": {"handlers": ["spool"], "level": "INFO", "propagate": False}},
+        }
+    )
+    app = logging.getLogger("app.train")
+    try:
+        app.info("step %d", 7, extra={"loss": 0.25})
+    finally:
+        for h in list(app.handlers):
+            app.removeHandler(h)
+            h.close()
+    (rec,) = log_records(tmp_path)
+    assert rec["lg"] == "app.train" and rec["msg"] == "step 7" and rec["attrs"] == {"loss": 0.25}
+    assert rec["file"] == HERE
+
+
+def test_log_config_compat(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert LogConfig.name == "nvrx"
+    assert LogConfig.get_max_file_size() == 10240 * 1024
+    assert LogConfig.get_max_file_size(file_size_kb=5) == 5 * 1024
+    assert LogConfig.get_max_log_files() == 4
+    assert LogConfig.get_process_name("ftlauncher") == "ftlauncher"
+    assert LogConfig.get_process_name() == str(os.getpid())
+    assert LogConfig.get_workload_rank() is None
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "4")
+    assert LogConfig.get_workload_rank() is None  # NVRx semantics: RANK only
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    monkeypatch.setenv("SLURM_NNODES", "4")
+    assert LogConfig.get_infra_rank() == 9
+    monkeypatch.setenv("NVRX_OTEL_NODE_ID", "nodeX")
+    assert LogConfig.get_log_file() == "nvrx_log_nodeX.log"
+    assert LogConfig.get_node_local_tmp_dir("/x") == "/x"
+    assert LogConfig.get_log_level() == logging.INFO
+
+
+def test_malformed_env_never_breaks_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NVRX_LOG_MAX_FILE_SIZE_KB", "lots")
+    monkeypatch.setenv("RANK", "abc")
+    log = setup_logger(node_local_tmp_dir=str(tmp_path))
+    log.info("fine")
+    assert [r["msg"] for r in log_records(tmp_path)] == ["fine"]
+
+
+def test_disabled_turns_spooling_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NVRX_OTEL_DISABLED", "1")
+    log = setup_logger(node_local_tmp_dir=str(tmp_path))
+    assert not isinstance(log.handlers[0], SpoolHandler)
+
+
+def test_eight_ranks_two_processes_each_write_every_record(tmp_path: Path) -> None:
+    code = (
+        "import sys; from nvrx_otel.logging import setup_logger\n"
+        "log = setup_logger(node_local_tmp_prefix=sys.argv[1])\n"
+        "for i in range(2000): log.info('r%s i%d', sys.argv[1], i)\n"
+    )
+    procs = []
+    for rank in range(8):
+        for role in ("worker", "monproc"):
+            env = dict(os.environ, RANK=str(rank), NVRX_NODE_LOCAL_TMPDIR=str(tmp_path))
+            procs.append(subprocess.Popen([sys.executable, "-c", code, f"{role}{rank}"], env=env))
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    recs = log_records(tmp_path)
+    assert len(recs) == 16 * 2000
+    by_writer: dict[str, list[int]] = {}
+    for r in recs:
+        by_writer.setdefault(r["key"].split("-")[0], []).append(r["seq"])
+    assert len(by_writer) == 16
+    assert all(seqs == list(range(2000)) for seqs in by_writer.values())

@@ -11,8 +11,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from opentelemetry import trace
-
+from nvrx_otel import _tracectx
 from nvrx_otel import record as rec
 from nvrx_otel.identity import get_identity
 from nvrx_otel.spool.paths import job_dir
@@ -27,7 +26,7 @@ _STD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "taskName",
     SPOOLED_ATTR,
 }
-_get_current_span = trace.get_current_span
+_N_STD = len(vars(logging.LogRecord("", 0, "", 0, "", (), None)))
 _errors = {"count": 0}
 _error_lock = threading.Lock()
 
@@ -85,15 +84,6 @@ def add_exception(record: dict[str, Any], exc_info: ExcInfo | tuple[None, None, 
         record["exc_type"] = getattr(etype, "__qualname__", "?")
 
 
-def add_trace(record: dict[str, Any]) -> None:
-    """Add the current span's trace id, span id and flags when there is a valid span."""
-    ctx = _get_current_span().get_span_context()
-    if ctx.is_valid:
-        record["trace_id"] = format(ctx.trace_id, "032x")
-        record["span_id"] = format(ctx.span_id, "016x")
-        record["tf"] = int(ctx.trace_flags)
-
-
 def from_log_record(lr: logging.LogRecord) -> dict[str, Any]:
     """The project's record for a stdlib LogRecord (without writer fields)."""
     msg = format_message(lr.msg, lr.args)
@@ -111,16 +101,18 @@ def from_log_record(lr: logging.LogRecord) -> dict[str, Any]:
         "tid": lr.thread,
         "tn": lr.threadName,
     }
-    add_trace(out)
+    _tracectx.add_ids(out)
     if lr.exc_info:
         add_exception(out, lr.exc_info)
     elif lr.exc_text:
         out["exc"] = lr.exc_text
     if lr.stack_info:
         out["exc"] = (out.get("exc", "") + "\n" + lr.stack_info).lstrip("\n")
-    extra = {k: v for k, v in vars(lr).items() if k not in _STD_ATTRS}
-    if extra:
-        out["attrs"] = extra
+    fields = lr.__dict__
+    if len(fields) > _N_STD:  # cheap test first: extra fields make the dict larger
+        names = fields.keys() - _STD_ATTRS
+        if names:
+            out["attrs"] = {k: fields[k] for k in names}
     return out
 
 

@@ -149,7 +149,7 @@ class LogManager:
         node_local_tmp_prefix: str | None = None,
         log_file: str | None = None,
     ) -> None:
-        self._logger = logging.getLogger(LogConfig.name)
+        self._logger = fastpath.get_fast_logger(LogConfig.name)
         self._node_local_tmp_dir = LogConfig.get_node_local_tmp_dir(node_local_tmp_dir)
         self._handler = _configure(
             self._logger, node_local_tmp_dir, node_local_tmp_prefix, log_file
@@ -199,7 +199,7 @@ def setup_logger(
     """
     settings = _settings(node_local_tmp_dir, node_local_tmp_prefix, log_file)
     with _setup_lock:
-        logger = logging.getLogger(LogConfig.name)
+        logger = fastpath.get_fast_logger(LogConfig.name)
         ours = [h for h in logger.handlers if getattr(h, _OURS, False)]
         if not force_reset and ours and _current.get("settings") == settings:
             return logger

@@ -140,15 +140,36 @@ class SpoolWriter:
             line = b"\n" + line
         try:
             n = os.write(fd, line)
-            while n < len(line):  # a short write to a regular file: finish the record
-                n += os.write(fd, line[n:])
-            self._need_newline = False
         except OSError as exc:
-            self._need_newline = True  # a torn piece, if any, stays alone on its line
-            self._count_drop(ts, DropReasonValues.WRITE_ERROR.value)
-            self._report_once(f"cannot write spool file in {self.directory}: {exc}")
+            self.write_failed(exc, ts)
             return
-        self._size += len(line)
+        if n < len(line):
+            self.finish_short_write(fd, line, n, ts)
+            return
+        self._need_newline = False
+        self._size += n
+
+    def finish_short_write(self, fd: int, line: bytes, written: int, ts: int) -> None:
+        """Complete a record after a short write (a regular file only does that when full)."""
+        try:
+            while written < len(line):
+                written += os.write(fd, line[written:])
+        except OSError as exc:
+            self._size += written
+            self.write_failed(exc, ts, torn=True)
+            return
+        self._need_newline = False
+        self._size += written
+
+    def write_failed(self, exc: OSError, ts: int, *, torn: bool = False) -> None:
+        """Count a record that could not be written; a torn piece stays alone on its line.
+
+        A torn piece is counted by the reader as one corrupt record, so it is not also
+        counted here as dropped (each record is accounted for exactly once)."""
+        self._need_newline = True
+        if not torn:
+            self._count_drop(ts, DropReasonValues.WRITE_ERROR.value)
+        self._report_once(f"cannot write spool file in {self.directory}: {exc}")
 
     # -- rotation, budget and drops -----------------------------------------------------------
 

@@ -1,0 +1,75 @@
+"""Run the benchmarks side by side in one run and print a table; ``--json PATH`` saves it.
+
+    python -m benchmarks.run [--only logging,aggregator] [--json out.json] [--quick]
+
+Speed targets are ratios against peers measured in the same run, never absolute times:
+this machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+def _logging(quick: bool) -> dict[str, Any]:
+    from benchmarks import bench_logging
+
+    return bench_logging.run(calls=10_000 if quick else 50_000, rounds=3 if quick else 7)
+
+
+def _aggregator(quick: bool) -> dict[str, Any]:
+    from benchmarks import bench_aggregator
+
+    result: dict[str, Any] = bench_aggregator.run(20_000 if quick else 200_000)
+    return result
+
+
+SUITES: dict[str, Callable[[bool], dict[str, Any]]] = {
+    "logging": _logging,
+    "aggregator": _aggregator,
+}
+
+
+def _print(name: str, result: dict[str, Any]) -> None:
+    print(f"\n== {name}")
+    for section, values in result.items():
+        if isinstance(values, dict):
+            print(f"  {section}:")
+            targets = result.get("targets", {}) if section == "ratios" else {}
+            for key, value in values.items():
+                shown = f"{value:,.3f}" if isinstance(value, float) else f"{value}"
+                mark = ""
+                if key in targets:
+                    mark = "  ok" if value <= targets[key] else f"  (target <= {targets[key]})"
+                print(f"    {key:34s} {shown}{mark}")
+        else:
+            print(f"  {section:36s} {values}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
+    parser.add_argument("--only", default=",".join(SUITES), help="comma-separated suites")
+    parser.add_argument("--json", type=Path, help="write the results as JSON here")
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    args = parser.parse_args(argv)
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in SUITES]
+    if unknown:
+        parser.error(f"unknown suite(s): {', '.join(unknown)} (known: {', '.join(SUITES)})")
+    results = {}
+    for name in chosen:
+        results[name] = SUITES[name](args.quick)
+        _print(name, results[name])
+    if args.json:
+        args.json.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

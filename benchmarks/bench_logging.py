@@ -101,7 +101,9 @@ def _loguru(workdir: Path) -> tuple[Callable[[int], None], Callable[[], None]]:
         workdir / "loguru.log",
         enqueue=True,
         level="INFO",
-        format="{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{function}:{line} | {message}",
+        format=(
+            "{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{function}:{line} | {message}"
+        ),
     )
 
     def call(i: int) -> None:

@@ -71,6 +71,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_aggregate(args: argparse.Namespace) -> int:
+    """Run the node log aggregator (``nvrx-otel aggregate --help`` lists its flags)."""
+    from nvrx_otel.aggregator.cli import main as aggregate_main
+
+    return aggregate_main(args.aggregate_args, prog="nvrx-otel aggregate")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nvrx-otel",
@@ -88,12 +95,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--strict", action="store_true", help="fail on a malformed variable instead of ignoring it"
     )
     ident.set_defaults(func=cmd_identity)
+
+    # Parsed by the aggregator's own parser: main() hands it everything after the name.
+    agg = sub.add_parser("aggregate", help=cmd_aggregate.__doc__, add_help=False)
+    agg.set_defaults(func=cmd_aggregate, aggregate_args=[])
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["aggregate"]:  # its flags are the aggregator's, parsed there
+        args = argparse.Namespace(func=cmd_aggregate, aggregate_args=arguments[1:])
+        return cmd_aggregate(args)
+    args = parser.parse_args(arguments)
     func: Command | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()

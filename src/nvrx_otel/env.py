@@ -132,8 +132,52 @@ OTEL_SERVICE_NAME: Final = "OTEL_SERVICE_NAME"
 """``service.name`` of every resource (OpenTelemetry). Default: the SDK's."""
 OTEL_RESOURCE_ATTRIBUTES: Final = "OTEL_RESOURCE_ATTRIBUTES"
 """Extra resource attributes ``k=v,k2=v2`` (OpenTelemetry); identity attributes win."""
+OTEL_EXPORTER_OTLP_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
+"""Base URL of the OTLP endpoint; for HTTP ``/v1/<signal>`` is appended. Setting it (or a
+per-signal ``OTEL_EXPORTER_OTLP_{LOGS,TRACES,METRICS}_ENDPOINT``, used as is) turns the
+aggregator's OTLP output on. Default: unset (no OTLP output)."""
+OTEL_EXPORTER_OTLP_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_PROTOCOL"
+"""``http/protobuf`` (default) or ``grpc`` (needs the ``grpc`` extra); per-signal variants
+``OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL`` win, as for every option below."""
+OTEL_EXPORTER_OTLP_HEADERS: Final = "OTEL_EXPORTER_OTLP_HEADERS"
+"""Extra request headers ``k=v,k2=v2`` (URL-encoded values). Default: none."""
+OTEL_EXPORTER_OTLP_CERTIFICATE: Final = "OTEL_EXPORTER_OTLP_CERTIFICATE"
+"""CA bundle (PEM) to verify the endpoint's TLS certificate. Default: the system's."""
+OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE: Final = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"
+"""Client certificate (PEM) for mutual TLS. Default: none."""
+OTEL_EXPORTER_OTLP_CLIENT_KEY: Final = "OTEL_EXPORTER_OTLP_CLIENT_KEY"
+"""Client private key (PEM) for mutual TLS. Default: none."""
+OTEL_EXPORTER_OTLP_COMPRESSION: Final = "OTEL_EXPORTER_OTLP_COMPRESSION"
+"""``gzip`` or ``none`` (default)."""
+OTEL_EXPORTER_OTLP_TIMEOUT: Final = "OTEL_EXPORTER_OTLP_TIMEOUT"
+"""Timeout of one export request in milliseconds. Default: 10000."""
 OTEL_SDK_DISABLED: Final = "OTEL_SDK_DISABLED"
 """``true`` disables the OpenTelemetry SDK (OpenTelemetry)."""
+OTEL_TRACES_SAMPLER: Final = "OTEL_TRACES_SAMPLER"
+"""Span sampler (OpenTelemetry): ``always_on``, ``always_off``, ``traceidratio``,
+``parentbased_always_on``, ``parentbased_always_off``, ``parentbased_traceidratio``; an
+unknown name is reported once on stderr. Default: ``parentbased_always_on``."""
+OTEL_TRACES_SAMPLER_ARG: Final = "OTEL_TRACES_SAMPLER_ARG"
+"""Sampling ratio in [0, 1] for the ``*traceidratio`` samplers (OpenTelemetry). Default: 1.0."""
+OTEL_TRACES_EXPORTER: Final = "OTEL_TRACES_EXPORTER"
+"""Comma-separated span exporters without a spool: ``otlp``, ``console``, ``none`` or an
+installed exporter entry point (OpenTelemetry); ``none`` also keeps spans out of the spool
+(ids still propagate). Default: ``otlp``."""
+OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+"""OTLP transport for spans, overriding OTEL_EXPORTER_OTLP_PROTOCOL (OpenTelemetry).
+Default: unset."""
+OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT: Final = "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT"
+"""Attributes kept per span, more are dropped and counted (OpenTelemetry). Default: 128."""
+OTEL_SPAN_EVENT_COUNT_LIMIT: Final = "OTEL_SPAN_EVENT_COUNT_LIMIT"
+"""Events kept per span, the oldest are dropped and counted (OpenTelemetry). Default: 128."""
+OTEL_SPAN_LINK_COUNT_LIMIT: Final = "OTEL_SPAN_LINK_COUNT_LIMIT"
+"""Links kept per span, more are dropped and counted (OpenTelemetry). Default: 128."""
+TRACEPARENT: Final = "TRACEPARENT"
+"""W3C ``traceparent`` of the span that started this process (set by
+``nvrx_otel.tracing.inject_env``); ``setup_tracing`` makes it the parent of this process's
+root spans. Default: unset (root spans start new traces)."""
+TRACESTATE: Final = "TRACESTATE"
+"""W3C ``tracestate`` that goes with TRACEPARENT. Default: unset."""
 
 # --- parsers ---------------------------------------------------------------------------------
 

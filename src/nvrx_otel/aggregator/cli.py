@@ -1,0 +1,148 @@
+"""Command line of the aggregator: ``python -m nvrx_otel.logging.aggregator`` and
+``nvrx-otel aggregate`` (NVRx's flags, plus ``--spool-dir``, ``--drain-timeout``,
+``--job-id`` and ``--nice``)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from nvrx_otel import env
+from nvrx_otel.aggregator.service import Aggregator, AggregatorConfig, AggregatorError
+
+DEFAULT_PROG = "python -m nvrx_otel.logging.aggregator"
+
+
+def _seconds(*, allow_zero: bool) -> type[float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            bound = ">= 0" if allow_zero else "> 0"
+            raise argparse.ArgumentTypeError(f"expected a number of seconds {bound}, got {text!r}")
+        return value
+
+    parse.__name__ = "seconds"
+    return parse  # type: ignore[return-value]
+
+
+def _niceness(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 19:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 19, got {text!r}")
+    return value
+
+
+def _job_id(text: str) -> str:
+    try:
+        return env.parse_text("--job-id", text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected non-empty text without control characters, got {text!r}"
+        ) from None
+
+
+def build_parser(prog: str = DEFAULT_PROG) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=(
+            "Node-local log aggregator: writes the records every process of this node spools "
+            "to <log dir>/nvrx_log_<node id>.log, exactly once, and exits when the wait file "
+            "appears (after draining)."
+        ),
+    )
+    parser.add_argument(
+        "--log-dir", required=True, type=Path, help="directory of the node log (created)"
+    )
+    parser.add_argument(
+        "--wait-file",
+        required=True,
+        type=Path,
+        help="once this file appears (one older than the aggregator is ignored), drain and exit",
+    )
+    parser.add_argument(
+        "--en-chronological-ordering",
+        action="store_true",
+        help="write the records of all ranks in timestamp order (within NVRX_OTEL_HOLD_WINDOW_MS)",
+    )
+    parser.add_argument(
+        "--check-interval",
+        type=_seconds(allow_zero=False),
+        default=1.0,
+        metavar="SECONDS",
+        help="how often to look for new records and the wait file (default: 1.0)",
+    )
+    parser.add_argument(
+        "--spool-dir",
+        type=Path,
+        metavar="DIR",
+        help=f"spool root (default: ${env.NVRX_NODE_LOCAL_TMPDIR})",
+    )
+    parser.add_argument(
+        "--drain-timeout",
+        type=_seconds(allow_zero=True),
+        default=20.0,
+        metavar="SECONDS",
+        help="after the wait file or SIGTERM, how long to wait for writers to finish (default: 20)",
+    )
+    parser.add_argument(
+        "--job-id",
+        type=_job_id,
+        help="the job whose spool directory to aggregate (default: from the environment)",
+    )
+    parser.add_argument(
+        "--nice",
+        type=_niceness,
+        default=10,
+        help="how much to lower the aggregator's CPU priority, 0-19 (default: 10)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = DEFAULT_PROG) -> int:
+    """Run the aggregator; returns the exit code (2 for bad arguments, 1 when it cannot run)."""
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    spool_root: Path | None = args.spool_dir
+    if spool_root is None:
+        raw = os.environ.get(env.NVRX_NODE_LOCAL_TMPDIR, "").strip()
+        if not raw:
+            parser.error(
+                f"no spool directory: pass --spool-dir or set {env.NVRX_NODE_LOCAL_TMPDIR}"
+            )
+        spool_root = Path(raw)
+    try:
+        config = AggregatorConfig.from_env(
+            strict=True,
+            log_dir=args.log_dir,
+            spool_root=spool_root,
+            wait_file=args.wait_file,
+            job_id=args.job_id,
+            chrono=args.en_chronological_ordering,
+            check_interval=args.check_interval,
+            drain_timeout=args.drain_timeout,
+            nice=args.nice,
+        )
+        aggregator = Aggregator(config)
+        aggregator.open()
+    except ValueError as exc:
+        parser.error(str(exc))
+    except AggregatorError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    print(
+        f"{prog}: aggregating {aggregator.job_dir} into {aggregator.log_path}"
+        f"{' in chronological order' if config.chrono else ''}; waiting for {config.wait_file}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return aggregator.run(install_signals=True)

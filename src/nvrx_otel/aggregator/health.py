@@ -1,0 +1,118 @@
+"""Health of a running aggregator: counters, the periodic status line, the final summary,
+and the spool directories of other jobs it leaves alone."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nvrx_otel.spool.paths import parse_name
+
+PREFIX = "nvrx-otel aggregate"
+
+
+def say(message: str) -> None:
+    """One line on stderr (never raises: stderr may be gone when the job ends)."""
+    try:
+        print(f"{PREFIX}: {message}", file=sys.stderr, flush=True)
+    except Exception:  # stderr closed: the node log and the state still hold the facts
+        pass
+
+
+def human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+@dataclass
+class Health:
+    """Counters of this run (the state file keeps totals across restarts)."""
+
+    started: float = field(default_factory=time.monotonic)
+    written: int = 0  # lines written to the node log (records and loss reports)
+    dropped: int = 0  # records reported dropped (writers' drops and rotation)
+    corrupt: int = 0  # records reported corrupt
+    last_ts: int = 0  # timestamp of the last record written
+    writers: set[str] = field(default_factory=set)
+    other_jobs: dict[str, tuple[int, int]] = field(default_factory=dict)  # dir -> files, bytes
+    _mark_time: float = field(default_factory=time.monotonic)
+    _mark_written: int = 0
+
+    def rate(self) -> float:
+        """Records per second since the previous call (the status interval)."""
+        now = time.monotonic()
+        span = max(now - self._mark_time, 1e-9)
+        rate = (self.written - self._mark_written) / span
+        self._mark_time, self._mark_written = now, self.written
+        return rate
+
+    def status(self, *, backlog: int, live: int) -> str:
+        lag = (time.time_ns() - self.last_ts) / 1e9 if backlog and self.last_ts else 0.0
+        return (
+            f"status: lag {max(lag, 0.0):.1f} s, backlog {human_bytes(backlog)}, "
+            f"{self.rate():.0f} records/s, {self.written} written, {self.dropped} dropped, "
+            f"{self.corrupt} corrupt, {len(self.writers)} writers ({live} live)"
+        )
+
+    def summary(
+        self,
+        *,
+        reason: str,
+        log_path: Path,
+        live: int,
+        job_dir: Path,
+        drain: float,
+        backlog: int = 0,
+    ) -> str:
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        text = (
+            f"stopped ({reason}) after {elapsed:.1f} s: wrote {self.written} records to "
+            f"{log_path} ({self.written / elapsed:.0f} records/s); reported {self.dropped} "
+            f"dropped and {self.corrupt} corrupt records; {len(self.writers)} writers"
+        )
+        if live:
+            text += (
+                f"; {live} writers were still running after the {drain:g} s drain timeout: "
+                f"what they write next stays in {job_dir} for the next aggregator"
+            )
+        if backlog:
+            text += f"; {human_bytes(backlog)} not yet in the node log stay in {job_dir}"
+        if self.other_jobs:
+            text += (
+                f"; left alone: spool files of other jobs in {', '.join(sorted(self.other_jobs))}"
+            )
+        return text
+
+    def scan_other_jobs(self, root: Path, own: Path) -> list[str]:
+        """New directories under the spool root holding other jobs' spool files."""
+        found: list[str] = []
+        try:
+            entries = list(os.scandir(root))
+        except OSError:
+            return found
+        for entry in entries:
+            if entry.name == own.name or not entry.is_dir(follow_symlinks=False):
+                continue
+            files = size = 0
+            try:
+                for sub in os.scandir(entry.path):
+                    if parse_name(sub.name) is not None:
+                        files += 1
+                        size += sub.stat(follow_symlinks=False).st_size
+            except OSError:
+                continue
+            if files and entry.path not in self.other_jobs:
+                found.append(
+                    f"{entry.path} holds {files} spool files ({human_bytes(size)}) of another "
+                    f"job; this aggregator serves {own} and leaves them alone"
+                )
+            if files:
+                self.other_jobs[entry.path] = (files, size)
+        return found

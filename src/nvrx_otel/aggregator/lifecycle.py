@@ -1,0 +1,150 @@
+"""Process plumbing of the service: the job lock, the wait file, signals, waking the loop
+and lowering the CPU priority."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from nvrx_otel.aggregator.health import say
+from nvrx_otel.spool.paths import LOCK_NAME
+
+
+class AggregatorError(RuntimeError):
+    """The aggregator cannot start; the message says why."""
+
+
+class JobLock:
+    """``<job dir>/.nvrx_aggregator.lock``, held with ``flock(LOCK_EX | LOCK_NB)`` while an
+    aggregator serves the job directory; it holds the owner's pid for the error message."""
+
+    def __init__(self, job_dir: Path) -> None:
+        self.path = job_dir / LOCK_NAME
+        self.fd = -1
+
+    def acquire(self) -> None:
+        """Take the lock, or raise AggregatorError naming the aggregator that has it."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise AggregatorError(f"cannot open the aggregator lock {self.path}: {exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            os.close(fd)
+            who = f" (pid {holder})" if holder.isdigit() else ""
+            raise AggregatorError(
+                f"another aggregator{who} already serves {self.path.parent}: it holds "
+                f"{self.path}; not starting a second one"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing releases the flock; the file stays (unlinking races)
+            self.fd = -1
+
+
+class WaitFile:
+    """The wait file, stale when it already existed (unchanged) at the aggregator's start.
+
+    Staleness is judged by the file's identity (inode, mtime) seen at start rather than by
+    comparing clocks: a file touched right after the start may carry an mtime a few ms
+    older than the start (file systems stamp with a coarse clock)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.stale = self._identity()
+
+    def _identity(self) -> tuple[int, int] | None:
+        if self.path is None:
+            return None
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns)
+
+    def fresh(self) -> bool:
+        """A wait file exists that was made or touched after the start."""
+        seen = self._identity()
+        return seen is not None and seen != self.stale
+
+
+class Waker:
+    """Sleeps that end early when :meth:`wake` is called (from a thread or a signal handler)."""
+
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def wake(self) -> None:
+        try:
+            os.write(self._w, b"x")
+        except OSError:  # the pipe is full (already woken) or closed (already stopped)
+            pass
+
+    def sleep(self, timeout: float) -> None:
+        if timeout <= 0 or self._r < 0:
+            return
+        ready, _, _ = select.select([self._r], [], [], timeout)
+        if ready:
+            try:
+                while os.read(self._r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+
+    def close(self) -> None:
+        for fd in (self._r, self._w):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._r = self._w = -1
+
+
+def catch_signals(on_first: Callable[[str], None]) -> dict[int, Any]:
+    """SIGTERM/SIGINT call ``on_first(name)``; a second one exits the process at once
+    (committed progress makes that safe). Returns the previous handlers; nothing is
+    installed outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    count = [0]
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        count[0] += 1
+        if count[0] > 1:
+            os.write(2, b"nvrx-otel aggregate: second signal: exiting at once\n")
+            os._exit(128 + signum)
+        on_first(signal.Signals(signum).name)
+
+    return {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+
+
+def restore_signals(previous: dict[int, Any]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+def lower_priority(increment: int) -> None:
+    """Lower the calling thread's CPU priority (on Linux a thread's own; threads it starts
+    inherit it), so an aggregator inside a training process slows nothing else."""
+    if increment <= 0:
+        return
+    try:
+        tid = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, current + increment))
+    except OSError as exc:
+        say(f"cannot lower the CPU priority: {exc}")

@@ -1,0 +1,161 @@
+"""Where records go once read: the node log (rotating when due) and the record sinks, with
+the per-writer accounting that rotation reports need."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from nvrx_otel.aggregator.health import Health, say
+from nvrx_otel.aggregator.merge import Entry
+from nvrx_otel.aggregator.nodelog import (
+    Backup,
+    NodeLogFile,
+    add_stats,
+    format_clean_records,
+    format_records,
+)
+from nvrx_otel.aggregator.reader import Chunk, SpoolFile
+from nvrx_otel.aggregator.reports import loss_report
+from nvrx_otel.semconv import DropReasonValues
+
+RecordSink = Callable[[list[dict[str, Any]]], None]
+"""Receives every batch of records right after it is in the node log (the OTLP sink's door)."""
+
+Accounting = tuple[str, Any, Any, int, int, int]
+"""writer id, rank, pid, records accounted, first ts, last ts"""
+
+
+class Output:
+    """Writes batches of records; ``rotate`` is called (by the service, which commits
+    around it) before a batch when the node log has reached its size limit."""
+
+    def __init__(
+        self,
+        log: NodeLogFile,
+        node: str,
+        *,
+        sinks: Sequence[RecordSink],
+        health: Health,
+        totals: dict[str, int],
+        rotate: Callable[[], None],
+    ) -> None:
+        self.log = log
+        self.node = node
+        self.sinks = list(sinks)
+        self.health = health
+        self.totals = totals
+        self.rotate = rotate
+        self._sink_errors: set[str] = set()
+
+    def chunk(self, chunk: Chunk) -> None:
+        """Write a chunk's records (reading order; the file's ``done`` is the caller's)."""
+        records = chunk.records
+        if not records:
+            return
+        f = chunk.file
+        first = _ts(records[0], f.last_ts)
+        last = _ts(records[-1], first)
+        acct = (f.writer, f.identity.get("rank"), f.pid, chunk.weight, first, last)
+        self.write(records, [acct], clean=chunk.clean)
+
+    def entries(self, entries: list[Entry]) -> None:
+        """Write records released by the chronological merge and advance each file's
+        ``done`` to the last of its records written (to all it read when none is held)."""
+        if not entries:
+            return
+        acct: dict[SpoolFile, list[int]] = {}  # weight, first ts, last ts, last end, count
+        records: list[dict[str, Any]] = []
+        append = records.append
+        clean = True
+        for ts, record, f, end, weight, clean_one in entries:
+            append(record)
+            a = acct.get(f)
+            if a is None:
+                a = acct[f] = [0, ts, ts, 0, 0]
+            a[0] += weight
+            if ts < a[1]:
+                a[1] = ts
+            elif ts > a[2]:
+                a[2] = ts
+            a[3] = end
+            a[4] += 1
+            if not clean_one:
+                clean = False
+        self.write(
+            records,
+            [(f.writer, f.identity.get("rank"), f.pid, a[0], a[1], a[2]) for f, a in acct.items()],
+            clean=clean,
+        )
+        for f, a in acct.items():
+            f.held -= a[4]
+            f.done = f.offset if not f.held else a[3]
+
+    def write(
+        self, records: list[dict[str, Any]], acct: Iterable[Accounting], *, clean: bool = False
+    ) -> None:
+        """Append records to the node log (OSError if it cannot be), then hand them to the
+        sinks."""
+        text = (format_clean_records if clean else format_records)(records, self.node)
+        data = text.encode("utf-8", "replace")
+        if self.log.needs_rotation():
+            self.rotate()
+        self.log.write(data)
+        self._account(records, acct)
+
+    def _account(self, records: list[dict[str, Any]], acct: Iterable[Accounting]) -> None:
+        stats = self.log.stats
+        for writer, rank, pid, count, first, last in acct:
+            add_stats(stats, writer, rank, pid, count, first, last)
+        self.health.written += len(records)
+        self.totals["written"] += len(records)
+        ts = records[-1].get("ts")
+        if isinstance(ts, int):
+            self.health.last_ts = ts
+        for sink in self.sinks:
+            try:
+                sink(records)
+            except Exception as exc:  # a sink never stops the node log
+                key = f"{sink!r}:{type(exc).__name__}"
+                if key not in self._sink_errors:
+                    self._sink_errors.add(key)
+                    say(f"record sink {sink!r} failed: {type(exc).__name__}: {exc}")
+
+    def rotation_reports(self, deleted: list[Backup]) -> None:
+        """Report, per writer, the records node-log backups deleted by rotation held."""
+        now = time.time_ns()
+        records: list[dict[str, Any]] = []
+        acct: list[Accounting] = []
+        for backup in deleted:
+            if not backup.stats:
+                say(f"rotation deleted a node-log backup (inode {backup.ino}) of an earlier run")
+                continue
+            lost = 0
+            for writer, (rank, pid, count, first, last) in sorted(backup.stats.items()):
+                records.append(
+                    loss_report(
+                        what="dropped",
+                        count=count,
+                        reason=DropReasonValues.ROTATION.value,
+                        pid=pid,
+                        identity={} if rank is None else {"rank": rank},
+                        first_ts=first,
+                        last_ts=last,
+                        ts=now,
+                        key=f"rotation-{backup.ino}-{writer}",
+                    )
+                )
+                acct.append((writer, rank, pid, count, first, last))
+                lost += count
+            self.health.dropped += lost
+            self.totals["dropped"] += lost
+            say(f"rotation deleted a node-log backup holding {lost} records (reported in the log)")
+        if records:
+            self.log.write(format_records(records, self.node).encode("utf-8", "replace"))
+            self._account(records, acct)
+
+
+def _ts(record: dict[str, Any], default: int) -> int:
+    ts = record.get("ts")
+    return ts if isinstance(ts, int) else default

@@ -1,0 +1,311 @@
+"""Reading one spool file: new bytes by ``os.pread``, complete lines only, torn tails.
+
+A :class:`SpoolFile` remembers its inode and how far it has been read. :func:`read_chunk`
+turns the complete lines after that point into records:
+
+- a line that is not a schema-1 record is corrupt; a run of corrupt lines becomes one
+  ``corrupt <N> records ...`` WARNING placed where the run was (invalid UTF-8 and lone
+  surrogates are replaced by ``record.decode``, not corrupt);
+- a tail without ``\\n`` waits while its file is not *final*; once it is (the writer is
+  gone, or has moved on to a newer file) the tail is one corrupt record. The caller
+  decides finality *before* reading, so bytes a writer finished just before it died are
+  read whole, never reported as corrupt;
+- a writer's ``k: "drop"`` record becomes a ``dropped <N> records ...`` WARNING;
+- the header is remembered (it says who writes the file), spans are skipped.
+
+Liveness: writers hold ``flock(LOCK_SH)`` on their live file. :func:`writer_gone` probes
+with ``flock(LOCK_EX | LOCK_NB)`` on the reader's own descriptor and releases at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from nvrx_otel import record as rec
+from nvrx_otel.aggregator import reports
+from nvrx_otel.aggregator.nodelog import is_clean
+from nvrx_otel.semconv import DropReasonValues
+from nvrx_otel.spool.paths import SpoolFileName
+
+MAX_LINE: Final = 64 << 20
+"""A line longer than this is not a record the writer made: it is skipped as corrupt."""
+_HEADER_PROBE: Final = 64 << 10
+_OPEN_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+@dataclass(eq=False)
+class SpoolFile:
+    """One spool file as the aggregator tracks it (by inode, not by name)."""
+
+    name: str
+    parts: SpoolFileName
+    fd: int
+    ino: int
+    offset: int = 0  # bytes read and turned into records or reports
+    done: int = 0  # bytes whose records are all in the node log
+    hdr_crc: int = 0
+    header: dict[str, Any] | None = None
+    identity: dict[str, Any] = field(default_factory=dict)  # rank fields for reports
+    last_ts: int = 0  # ts of the last record read (start of a corrupt run's time range)
+    size: int = 0  # size at the last read
+    tail: int = 0  # bytes after the last complete line at the last read
+    newer_since: float | None = None  # monotonic time a newer file of its writer appeared
+    vanished: bool = False  # its name is gone or now names another file
+    held: int = 0  # records read but still held by the chronological merge
+    committed: int = 0  # ``done`` as of the last commit
+    final: bool = False  # the writer adds nothing more (as decided in the last cycle)
+
+    @property
+    def writer(self) -> str:
+        return self.parts.writer
+
+    @property
+    def pid(self) -> int:
+        return self.parts.pid
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+@dataclass
+class Chunk:
+    """Records read from one file in one go."""
+
+    file: SpoolFile
+    records: list[dict[str, Any]]
+    ends: list[int] | None  # per record, the file offset just after it (chronological mode)
+    end: int  # offset after everything consumed (records, reports, skipped lines)
+    clean: bool = False  # no string needs escaping, no exc, no null (nodelog.is_clean)
+    reports: dict[int, int] = field(default_factory=dict)  # record index -> count it accounts
+    corrupt: int = 0
+    dropped: int = 0
+
+    @property
+    def weight(self) -> int:
+        """Writer records this chunk accounts for: log records plus the reported losses."""
+        return len(self.records) - len(self.reports) + sum(self.reports.values())
+
+
+def open_spool_file(directory: Path, name: str, parts: SpoolFileName) -> SpoolFile:
+    """Open ``name`` for reading (OSError if it cannot be)."""
+    fd = os.open(directory / name, _OPEN_FLAGS)
+    try:
+        st = os.fstat(fd)
+        head = os.pread(fd, _HEADER_PROBE, 0)
+    except OSError:
+        os.close(fd)
+        raise
+    return SpoolFile(name=name, parts=parts, fd=fd, ino=st.st_ino, hdr_crc=header_crc(head))
+
+
+def header_crc(head: bytes) -> int:
+    """crc32 of a file's first line (0 if it has none yet): a file recreated under the same
+    name on a reused inode has another header (its open time differs)."""
+    cut = head.find(b"\n")
+    return 0 if cut < 0 else zlib.crc32(head[: cut + 1])
+
+
+def writer_gone(f: SpoolFile) -> bool:
+    """True when no writer holds its lock on ``f`` (probe and release at once)."""
+    try:
+        fcntl.flock(f.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True  # cannot probe a file we hold open: treat its writer as gone
+    try:
+        fcntl.flock(f.fd, fcntl.LOCK_UN)
+    except OSError:
+        pass
+    return True
+
+
+def _window(f: SpoolFile, limit: int) -> tuple[bytes, int]:
+    """Bytes from ``f.offset`` holding at least one complete line if the file has one
+    within MAX_LINE, and the file size seen."""
+    size = os.fstat(f.fd).st_size
+    want = min(limit, max(0, size - f.offset))
+    data = os.pread(f.fd, want, f.offset) if want else b""
+    while b"\n" not in data and len(data) == want and want < MAX_LINE and f.offset + want < size:
+        want = min(MAX_LINE, want * 4, size - f.offset)
+        data = os.pread(f.fd, want, f.offset)
+    return data, size
+
+
+def _skip_long_line(f: SpoolFile, start: int, size: int) -> int | None:
+    """Offset just past the ``\\n`` ending an over-long line starting at ``start``."""
+    pos = start + MAX_LINE
+    while pos < size:
+        block = os.pread(f.fd, 1 << 20, pos)
+        if not block:
+            break
+        cut = block.find(b"\n")
+        if cut >= 0:
+            return pos + cut + 1
+        pos += len(block)
+    return None
+
+
+def read_chunk(
+    f: SpoolFile, *, final: bool, limit: int, want_ends: bool, now_ns: int
+) -> Chunk | None:
+    """Read up to about ``limit`` new bytes of ``f`` as records; None when nothing changed.
+
+    ``final``: the writer will add nothing (decided before this call), so a tail without
+    ``\\n`` at the end of the file is one corrupt record instead of waiting.
+    """
+    data, size = _window(f, limit)
+    f.size = size
+    start = f.offset
+    if size < start:  # truncated under us: not something a writer does; read it anew
+        start = f.offset = f.done = 0
+        data, size = _window(f, limit)
+    cut = data.rfind(b"\n")
+    skipped_to: int | None = None
+    if cut < 0 and len(data) >= MAX_LINE:
+        skipped_to = _skip_long_line(f, start, size)
+        if skipped_to is None and not final:
+            f.tail = size - start
+            return None
+        data = b""
+    at_eof = start + len(data) >= size
+    body = data[: cut + 1] if cut >= 0 else b""
+    tail_len = len(data) - len(body)
+    f.tail = tail_len if at_eof else 0
+    torn = (final and at_eof and tail_len > 0) or skipped_to is not None
+    if not body and not torn:
+        return None
+    lines = body.split(b"\n")
+    lines.pop()
+    records: list[dict[str, Any]] = []
+    ends: list[int] | None = [] if want_ends else None
+    chunk = Chunk(file=f, records=records, ends=ends, end=start + len(body), clean=is_clean(body))
+    append = records.append
+    loads = orjson.loads
+    decode = rec.decode
+    version = rec.SCHEMA_VERSION
+    pos = start
+    run = 0  # corrupt lines in the current run
+    run_end = 0
+    for ln in lines:
+        pos += len(ln) + 1
+        # record.decode's rules, its common case inlined: this loop is the hot path
+        try:
+            d = loads(ln)
+            kind = d["k"]
+            if d["v"] != version:
+                raise ValueError
+        except Exception:
+            if not ln:
+                continue  # an empty line (a write that failed before any byte): nothing lost
+            try:
+                d = decode(ln)
+            except ValueError:
+                run += 1
+                run_end = pos
+                continue
+            kind = d["k"]
+        if run:
+            _report_corrupt(chunk, run, run_end, _ts_of(d, f), now_ns, d)
+            run = 0
+        if kind == rec.KIND_LOG:
+            append(d)
+            if ends is not None:
+                ends.append(pos)
+        elif kind == rec.KIND_DROP:
+            _report_drop(chunk, d, pos)
+        elif kind == rec.KIND_HEADER and f.header is None:
+            f.header = d
+            f.identity = reports.identity_from_header(d) | f.identity
+            ts = d.get("ts")
+            if isinstance(ts, int) and not f.last_ts:
+                f.last_ts = ts
+        # span records and repeated headers are not node-log records
+    if torn:
+        run += 1
+        run_end = skipped_to if skipped_to is not None else size
+        chunk.end = run_end
+    if run:
+        _report_corrupt(chunk, run, run_end, _mtime_ns(f, now_ns), now_ns, None)
+    if records:
+        last = records[-1]
+        ts = last.get("ts")
+        if isinstance(ts, int):
+            f.last_ts = ts
+        if last.get("lg") != reports.LOGGER:
+            f.identity = reports.identity_of(last) or f.identity
+    f.offset = chunk.end
+    if f.tail and chunk.end != start + len(body):
+        f.tail = 0
+    return chunk
+
+
+def _ts_of(d: dict[str, Any], f: SpoolFile) -> int:
+    ts = d.get("ts")
+    return ts if isinstance(ts, int) else f.last_ts
+
+
+def _mtime_ns(f: SpoolFile, default: int) -> int:
+    try:
+        return os.fstat(f.fd).st_mtime_ns
+    except OSError:
+        return default
+
+
+def _append_report(chunk: Chunk, report: dict[str, Any], count: int, end: int) -> None:
+    chunk.reports[len(chunk.records)] = count
+    chunk.records.append(report)
+    if chunk.ends is not None:
+        chunk.ends.append(end)
+
+
+def _report_corrupt(
+    chunk: Chunk,
+    count: int,
+    end: int,
+    last_ts: int,
+    now_ns: int,
+    following: dict[str, Any] | None,
+) -> None:
+    """Report a run of ``count`` corrupt lines ending at ``end``: who wrote them comes from
+    the record before (or ``following``, or the file's header), their time range from the
+    records around them (the file's mtime for a tail)."""
+    f = chunk.file
+    before = chunk.records[-1] if chunk.records else None
+    first_ts = before.get("ts") if before is not None else f.last_ts
+    first = first_ts if isinstance(first_ts, int) and first_ts else last_ts
+    identity = f.identity
+    for neighbour in (before, following):
+        if neighbour is not None and neighbour.get("lg") != reports.LOGGER:
+            identity = reports.identity_of(neighbour) or identity
+            break
+    report = reports.loss_report(
+        what="corrupt",
+        count=count,
+        reason=DropReasonValues.CORRUPT.value,
+        pid=f.pid,
+        identity=identity,
+        first_ts=first,
+        last_ts=max(first, last_ts),
+        ts=first or now_ns,
+        key=f"{f.writer}-corrupt-{f.parts.index}-{end}",
+    )
+    chunk.corrupt += count
+    _append_report(chunk, report, count, end)
+
+
+def _report_drop(chunk: Chunk, drop: dict[str, Any], end: int) -> None:
+    report, count = reports.drop_report(drop)
+    if "pid" not in report:
+        report["pid"] = chunk.file.pid
+    chunk.dropped += count
+    _append_report(chunk, report, count, end)

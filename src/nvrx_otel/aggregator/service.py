@@ -1,0 +1,484 @@
+"""The aggregator service: spool directory in, node log out, progress committed.
+
+One loop: scan the job's spool directory (every check interval, or continuously while
+there is a backlog), read each writer's files in order, optionally merge chronologically,
+write the node log, then fsync it and commit progress (at least once a second while
+busy), and only then delete spool files that are consumed and final. A restart — after
+``kill -9`` too — truncates the node log to the committed length and resumes from the
+committed offsets, so every record is in the node log exactly once.
+
+It stops when a fresh wait file appears, on SIGTERM/SIGINT, or on :meth:`Aggregator.shutdown`:
+it keeps reading until no writer is left or the drain timeout has passed, writes what it
+holds, commits and prints a summary. A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from nvrx_otel import env
+from nvrx_otel.aggregator import state as st
+from nvrx_otel.aggregator.health import Health, say
+from nvrx_otel.aggregator.lifecycle import (
+    AggregatorError,
+    JobLock,
+    WaitFile,
+    Waker,
+    catch_signals,
+    lower_priority,
+    restore_signals,
+)
+from nvrx_otel.aggregator.merge import ChronoMerge
+from nvrx_otel.aggregator.nodelog import Backup, NodeLogFile, RotationPlan, escape
+from nvrx_otel.aggregator.output import Output, RecordSink
+from nvrx_otel.aggregator.reader import Chunk, read_chunk
+from nvrx_otel.aggregator.spooldir import SpoolDir
+from nvrx_otel.identity import get_identity
+from nvrx_otel.spool.paths import SpoolPathError, check_dir, job_dir, safe_component
+
+__all__ = ["Aggregator", "AggregatorConfig", "AggregatorError", "RecordSink"]
+
+DEFAULT_HOLD_WINDOW_MS: Final = 2000
+DEFAULT_STATUS_INTERVAL_S: Final = 60.0
+COMMIT_EVERY_S: Final = 1.0
+"""While a backlog keeps the loop busy, progress is committed at least this often."""
+CYCLE_CHUNKS: Final = 16
+"""One cycle reads at most this many chunks' worth of bytes, so commits stay frequent."""
+
+
+@dataclass
+class AggregatorConfig:
+    """Everything an aggregator needs; :meth:`from_env` fills the environment knobs."""
+
+    log_dir: Path
+    spool_root: Path
+    wait_file: Path | None = None
+    job_id: str | None = None  # None: the identity's job id ("nojob" when it has none)
+    node_id: str | None = None  # None: the identity's node id
+    log_name: str | None = None  # None: nvrx_log_<node id>.log
+    chrono: bool = False
+    check_interval: float = 1.0
+    drain_timeout: float = 20.0
+    hold_window_ms: int = DEFAULT_HOLD_WINDOW_MS
+    status_interval: float = DEFAULT_STATUS_INTERVAL_S
+    max_log_bytes: int = 0
+    log_backups: int | None = None
+    nice: int = 10
+    settle_s: float = 2.0  # how long a writer's older file may still get a last write
+    chunk_bytes: int = 256 << 10  # bytes read from one file at a time (cache-sized)
+
+    @classmethod
+    def from_env(cls, *, strict: bool = False, **fields: Any) -> AggregatorConfig:
+        """A config from ``fields`` plus the NVRX_OTEL_* variables (``fields`` win)."""
+        max_mb = env.read(env.NVRX_OTEL_NODE_LOG_MAX_MB, env.parse_nonneg_float, 0.0, strict=strict)
+        knobs: dict[str, Any] = {
+            "max_log_bytes": int(max_mb * 1024 * 1024),
+            "log_backups": env.read(
+                env.NVRX_OTEL_NODE_LOG_BACKUPS, env.parse_nonneg_int, None, strict=strict
+            ),
+            "hold_window_ms": env.read(
+                env.NVRX_OTEL_HOLD_WINDOW_MS,
+                env.parse_nonneg_int,
+                DEFAULT_HOLD_WINDOW_MS,
+                strict=strict,
+            ),
+            "status_interval": env.read(
+                env.NVRX_OTEL_STATUS_INTERVAL_S,
+                env.parse_nonneg_float,
+                DEFAULT_STATUS_INTERVAL_S,
+                strict=strict,
+            ),
+        }
+        knobs.update(fields)
+        return cls(**knobs)
+
+
+class Aggregator:
+    """The node's aggregator for one job; ``run()`` in the foreground or ``start_thread()``.
+
+    ``sinks`` receive every batch of records once it is in the node log."""
+
+    def __init__(self, config: AggregatorConfig, *, sinks: Sequence[RecordSink] = ()) -> None:
+        ident = get_identity()
+        self.config = config
+        self.node_id = config.node_id or ident.node_id
+        self.job_id = config.job_id if config.job_id is not None else ident.job_id
+        self.job_dir = job_dir(config.spool_root, self.job_id).absolute()
+        name = config.log_name or f"nvrx_log_{safe_component(self.node_id)}.log"
+        self.log_path = (config.log_dir / name).absolute()
+        self.health = Health()
+        self.exit_code: int | None = None
+        self.stop_reason: str | None = None
+        self._log = NodeLogFile(
+            self.log_path, max_bytes=config.max_log_bytes, backups=config.log_backups
+        )
+        self._totals = {"written": 0, "dropped": 0, "corrupt": 0}
+        self._out = Output(
+            self._log,
+            escape(self.node_id),
+            sinks=sinks,
+            health=self.health,
+            totals=self._totals,
+            rotate=self._rotate,
+        )
+        self._spool = SpoolDir(self.job_dir, settle_s=config.settle_s)
+        self._merge = self._new_merge()
+        self._lock = JobLock(self.job_dir)
+        self._wait = WaitFile(None)
+        self._waker = Waker()
+        self._opened = False
+        self._deadline = float("inf")
+        self._thread: threading.Thread | None = None
+        self._dirty = False
+        self._last_commit = 0.0
+        self._broken = False
+        self._cycles = 0
+
+    def __del__(self) -> None:
+        waker = getattr(self, "_waker", None)
+        if waker is not None:
+            waker.close()
+
+    def _new_merge(self) -> ChronoMerge | None:
+        if not self.config.chrono:
+            return None
+        return ChronoMerge(self.config.hold_window_ms * 1_000_000)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Take the job directory's lock and recover the committed state (idempotent).
+        Raises :class:`AggregatorError` with the reason when that is impossible."""
+        if self._opened:
+            return
+        self._wait = WaitFile(self.config.wait_file)  # first: one made after this is fresh
+        try:
+            check_dir(self.config.spool_root, create=True)
+            check_dir(self.job_dir, create=True)
+        except SpoolPathError as exc:
+            raise AggregatorError(str(exc)) from None
+        self._lock.acquire()
+        try:
+            self._recover()
+        except BaseException as exc:
+            self._close()
+            if isinstance(exc, OSError):
+                raise AggregatorError(f"cannot resume from {self.job_dir}: {exc}") from None
+            raise
+        if self._wait.stale is not None:
+            say(
+                f"wait file {self.config.wait_file} is older than this aggregator: "
+                "ignoring it until it is made again"
+            )
+        for line in self.health.scan_other_jobs(self.config.spool_root, self.job_dir):
+            say(line)
+        self._opened = True
+
+    def _recover(self) -> None:
+        """Resume from the last commit: node log truncated to the committed length,
+        an interrupted rotation finished, spool files resumed at their offsets."""
+        try:
+            saved = st.load(self.job_dir)
+        except st.StateError as exc:
+            say(
+                f"{exc}; starting over: every spool file is read from its start, so records "
+                "already in the node log may appear in it twice"
+            )
+            saved = None
+        if saved is not None:
+            self._totals.update(saved.totals)
+        try:
+            self._log.open()
+        except OSError as exc:
+            raise AggregatorError(f"cannot open the node log {self.log_path}: {exc}") from None
+        lp = saved.log if saved is not None else None
+        deleted: list[Backup] = []
+        if lp is not None and lp.path == str(self.log_path):
+            self._log.backups = lp.backups
+            if lp.rotating is not None:
+                self._log.apply_rotation(lp.rotating)
+                deleted = lp.rotating.deleted
+            elif self._log.ino == lp.ino:
+                if self._log.length > lp.length:
+                    say(
+                        f"cutting {self._log.length - lp.length} uncommitted bytes from "
+                        f"{self.log_path}: their records are written again"
+                    )
+                    self._log.truncate(lp.length)
+                elif self._log.length < lp.length:
+                    say(
+                        f"node log {self.log_path} is shorter ({self._log.length} bytes) than "
+                        f"committed ({lp.length} bytes): something else cut it"
+                    )
+                self._log.stats = lp.stats
+            else:
+                say(f"node log {self.log_path} was replaced since the last commit; appending")
+        elif lp is not None:
+            say(f"the previous aggregator of this job wrote {lp.path}; this one writes here")
+        self._spool.scan()
+        if saved is not None:
+            self._spool.restore(saved.files)
+        if deleted:
+            self._out.rotation_reports(deleted)
+        # Commit before writing anything: a first run killed before its first regular
+        # commit must still leave the length the node log had, for the restart to cut to.
+        self._commit()
+
+    def run(self, *, install_signals: bool = False) -> int:
+        """Aggregate until told to stop; returns the exit code (0, or 1 after an error)."""
+        self.open()
+        previous = catch_signals(self.request_stop) if install_signals else {}
+        try:
+            lower_priority(self.config.nice)
+            self._loop()
+            self.exit_code = 0
+        except Exception:  # a bug, or storage gone for good: committed progress stays valid
+            say("failed:\n" + traceback.format_exc().rstrip())
+            self.exit_code = 1
+        finally:
+            restore_signals(previous)
+            self._close()
+        return self.exit_code
+
+    def start_thread(self) -> threading.Thread:
+        """Open (errors raise here, in the caller) and run in a daemon thread."""
+        self.open()
+        thread = threading.Thread(target=self.run, name="nvrx-otel-aggregator", daemon=True)
+        self._thread = thread
+        thread.start()
+        return thread
+
+    def request_stop(self, reason: str) -> None:
+        """Begin the drain (safe from a signal handler or another thread)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self._deadline = time.monotonic() + self.config.drain_timeout
+        self._waker.wake()
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Drain (within the drain timeout), stop and wait for the thread to end."""
+        self.request_stop("shutdown")
+        thread = self._thread
+        if thread is not None:
+            thread.join(self.config.drain_timeout + 60 if timeout is None else timeout)
+        elif self._opened:
+            self._close()
+
+    def _close(self) -> None:
+        self._spool.close()
+        self._log.close()
+        self._lock.release()
+        self._opened = False
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        cfg = self.config
+        status_every = cfg.status_interval if cfg.status_interval > 0 else float("inf")
+        next_status = time.monotonic() + status_every
+        next_scan = 0.0
+        backlog = announced = False
+        while True:
+            now = time.monotonic()
+            if self.stop_reason is None and self._wait.fresh():
+                self.request_stop("wait file")
+            stopping = self.stop_reason is not None
+            if stopping and not announced:
+                announced = True
+                say(
+                    f"draining ({self.stop_reason}): reading until no writer is left, "
+                    f"at most {cfg.drain_timeout:g} s"
+                )
+            if stopping and now >= self._deadline:
+                break
+            if self._broken and not self._resume():
+                self._waker.sleep(min(cfg.check_interval, max(self._deadline - now, 0.0)))
+                continue
+            if backlog or stopping or now >= next_scan:
+                self._spool.scan()
+                next_scan = now + cfg.check_interval
+            try:
+                backlog = self._cycle()
+            except OSError as exc:
+                say(f"cannot write the node log or commit: {exc}; resuming from the last commit")
+                self._broken = True
+                backlog = False
+                continue
+            now = time.monotonic()
+            if stopping and (now >= self._deadline or self._drained()):
+                break
+            if now >= next_status:
+                self._status()
+                next_status = now + status_every
+            if not backlog:
+                self._waker.sleep(self._idle_time(now, next_status, stopping))
+        self._finish()
+
+    def _idle_time(self, now: float, next_status: float, stopping: bool) -> float:
+        timeout = min(self.config.check_interval, next_status - now)
+        if stopping:
+            timeout = min(timeout, 0.1, self._deadline - now)
+        if self._merge is not None and self._merge.held:
+            due = self._merge.oldest_ts()
+            if due is not None:
+                ahead = (due + self._merge.hold_ns - time.time_ns()) / 1e9
+                timeout = min(timeout, max(ahead, 0.01))
+        return timeout
+
+    def _cycle(self) -> bool:
+        """Read what is new, write it, commit when due; True while a backlog remains."""
+        spool = self._spool
+        spool.new_cycle()
+        now = time.monotonic()
+        now_ns = time.time_ns()
+        want_ends = self._merge is not None
+        backlog = False
+        budget = self.config.chunk_bytes * CYCLE_CHUNKS
+        groups = list(spool.writers())
+        self._cycles += 1
+        turn = self._cycles % len(groups) if groups else 0
+        for _, files in groups[turn:] + groups[:turn]:  # a bounded cycle starts round-robin
+            if budget <= 0:
+                backlog = True
+                break
+            for f in files:
+                if f.fd < 0:
+                    continue
+                f.final = spool.final(f, now)
+                before = f.offset
+                chunk = read_chunk(
+                    f,
+                    final=f.final,
+                    limit=self.config.chunk_bytes,
+                    want_ends=want_ends,
+                    now_ns=now_ns,
+                )
+                if chunk is not None:
+                    self._take(chunk)
+                budget -= f.offset - before
+                if f.offset + f.tail < f.size or budget <= 0:
+                    backlog = True  # more to read in this file, or the cycle's budget is spent
+                    break  # the rest of this file before the writer's next file
+        if self._merge is not None:
+            self._out.entries(self._merge.pop(time.time_ns()))
+        if self._dirty and (not backlog or time.monotonic() - self._last_commit >= COMMIT_EVERY_S):
+            self._commit()
+            self._delete_consumed()
+        return backlog
+
+    def _take(self, chunk: Chunk) -> None:
+        f = chunk.file
+        self.health.writers.add(f.writer)
+        self.health.dropped += chunk.dropped
+        self.health.corrupt += chunk.corrupt
+        self._totals["dropped"] += chunk.dropped
+        self._totals["corrupt"] += chunk.corrupt
+        self._dirty = True
+        if self._merge is not None:
+            self._merge.add(chunk)
+        else:
+            self._out.chunk(chunk)
+        if not f.held:
+            f.done = f.offset
+
+    # --- commit, rotation, deletion -------------------------------------------------------
+
+    def _commit(self, rotating: RotationPlan | None = None) -> None:
+        self._log.sync()
+        files = {
+            f.name: st.FileProgress(f.ino, f.done, f.hdr_crc)
+            for f in self._spool.tracked
+            if not f.vanished and f.fd >= 0
+        }
+        log = st.LogProgress(
+            path=str(self.log_path),
+            ino=self._log.ino,
+            length=self._log.length,
+            stats=self._log.stats,
+            backups=self._log.backups,
+            rotating=rotating,
+        )
+        st.commit(self.job_dir, st.State(files=files, log=log, totals=dict(self._totals)))
+        for f in self._spool.tracked:
+            f.committed = f.done
+        self._dirty = False
+        self._last_commit = time.monotonic()
+
+    def _delete_consumed(self) -> None:
+        deleted = False
+        for f in list(self._spool.tracked):
+            if f.final and not f.held and not f.tail and f.committed == f.offset == f.size:
+                deleted = self._spool.delete(f) or deleted
+        if deleted:
+            self._dirty = True
+
+    def _rotate(self) -> None:
+        """Rotate the node log so that a crash at any step is finished by the restart:
+        commit, commit the plan, carry it out, report what it deleted, commit."""
+        self._commit()
+        plan = self._log.plan_rotation()
+        self._commit(rotating=plan)
+        self._log.apply_rotation(plan)
+        self._out.rotation_reports(plan.deleted)
+        self._commit()
+
+    def _resume(self) -> bool:
+        """After a write or commit error: forget everything since the last commit and
+        recover as a restart would; False (and retried later) while that fails."""
+        self._spool.close()
+        self._log.close()
+        self._merge = self._new_merge()
+        self._dirty = False
+        try:
+            self._recover()
+        except (AggregatorError, OSError) as exc:
+            say(f"cannot resume yet: {exc}")
+            return False
+        self._broken = False
+        return True
+
+    # --- stopping and health ----------------------------------------------------------------
+
+    def _drained(self) -> bool:
+        spool = self._spool
+        for writer, files in spool.writers():
+            if not spool.writer_gone(writer):
+                return False
+            if any(f.offset < f.size or f.tail for f in files):
+                return False
+        return True
+
+    def _finish(self) -> None:
+        reason = self.stop_reason or "stopped"
+        live = backlog = 0
+        if self._broken:
+            reason += "; the node log could not be written"
+        else:
+            if self._merge is not None:
+                self._out.entries(self._merge.pop(None))
+            self._commit()
+            self._delete_consumed()
+            self._commit()
+            live = self._spool.live_writers()
+            backlog = self._spool.backlog()
+        say(
+            self.health.summary(
+                reason=reason,
+                log_path=self.log_path,
+                live=live,
+                job_dir=self.job_dir,
+                drain=self.config.drain_timeout,
+                backlog=backlog,
+            )
+        )
+
+    def _status(self) -> None:
+        say(self.health.status(backlog=self._spool.backlog(), live=self._spool.live_writers()))
+        for line in self.health.scan_other_jobs(self.config.spool_root, self.job_dir):
+            say(line)

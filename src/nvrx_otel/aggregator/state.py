@@ -1,0 +1,186 @@
+"""The aggregator's committed progress: ``<job dir>/.nvrx_aggregator.state.json``.
+
+One JSON document, replaced atomically (write a temporary file, fsync it, ``os.replace``,
+fsync the directory). It holds, per spool file, the inode and the offset up to which every
+record is in the node log; the node log's path, inode and committed length; and the
+rotation state (per-writer counts of what each node-log file holds, and a rotation in
+progress). The node log is fsynced before each commit, so after any crash the node log
+holds at least the committed length, and a restart truncates it back to exactly that:
+every record is in the node log exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from nvrx_otel.aggregator.nodelog import Backup, RotationPlan, Stats
+from nvrx_otel.spool.paths import STATE_NAME
+
+STATE_VERSION: Final = 1
+
+
+class StateError(ValueError):
+    """The state file exists but cannot be used; the message says why."""
+
+
+@dataclass
+class FileProgress:
+    """How far one spool file is in the node log."""
+
+    ino: int
+    offset: int
+    hdr: int = 0  # crc32 of the header line: tells a recreated file with a reused inode
+
+
+@dataclass
+class LogProgress:
+    """The node log as of the last commit."""
+
+    path: str
+    ino: int
+    length: int
+    stats: Stats = field(default_factory=dict)
+    backups: list[Backup] = field(default_factory=list)
+    rotating: RotationPlan | None = None
+
+
+@dataclass
+class State:
+    files: dict[str, FileProgress] = field(default_factory=dict)
+    log: LogProgress | None = None
+    totals: dict[str, int] = field(default_factory=dict)
+
+
+def state_path(job_dir: Path) -> Path:
+    return job_dir / STATE_NAME
+
+
+# --- encoding -------------------------------------------------------------------------------
+
+
+def _backup_json(b: Backup) -> dict[str, Any]:
+    return {"ino": b.ino, "stats": b.stats}
+
+
+def _plan_json(p: RotationPlan) -> dict[str, Any]:
+    return {
+        "unlink": p.unlink,
+        "renames": p.renames,
+        "deleted": [_backup_json(b) for b in p.deleted],
+        "backups": [_backup_json(b) for b in p.backups],
+    }
+
+
+def encode(state: State) -> bytes:
+    log = state.log
+    doc: dict[str, Any] = {
+        "v": STATE_VERSION,
+        "files": {n: [f.ino, f.offset, f.hdr] for n, f in state.files.items()},
+        "totals": state.totals,
+        "log": None
+        if log is None
+        else {
+            "path": log.path,
+            "ino": log.ino,
+            "len": log.length,
+            "stats": log.stats,
+            "backups": [_backup_json(b) for b in log.backups],
+            "rotating": None if log.rotating is None else _plan_json(log.rotating),
+        },
+    }
+    return orjson.dumps(doc)
+
+
+def _backup(obj: Any) -> Backup:
+    return Backup(int(obj["ino"]), dict(obj["stats"]))
+
+
+def _plan(obj: Any) -> RotationPlan:
+    return RotationPlan(
+        unlink=[(str(n), int(i)) for n, i in obj["unlink"]],
+        renames=[(str(a), str(b), int(i)) for a, b, i in obj["renames"]],
+        deleted=[_backup(b) for b in obj["deleted"]],
+        backups=[_backup(b) for b in obj["backups"]],
+    )
+
+
+def decode(data: bytes) -> State:
+    """Parse a state document; ``StateError`` for anything that is not one."""
+    try:
+        doc = orjson.loads(data)
+        if not isinstance(doc, dict) or doc.get("v") != STATE_VERSION:
+            raise StateError(f"not a version-{STATE_VERSION} aggregator state")
+        files = {
+            str(n): FileProgress(int(v[0]), int(v[1]), int(v[2])) for n, v in doc["files"].items()
+        }
+        totals = {str(k): int(v) for k, v in doc.get("totals", {}).items()}
+        raw = doc.get("log")
+        log = None
+        if raw is not None:
+            log = LogProgress(
+                path=str(raw["path"]),
+                ino=int(raw["ino"]),
+                length=int(raw["len"]),
+                stats=dict(raw["stats"]),
+                backups=[_backup(b) for b in raw["backups"]],
+                rotating=None if raw.get("rotating") is None else _plan(raw["rotating"]),
+            )
+        return State(files=files, log=log, totals=totals)
+    except StateError:
+        raise
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
+        raise StateError(f"malformed aggregator state: {type(exc).__name__}: {exc}") from None
+
+
+# --- files ----------------------------------------------------------------------------------
+
+
+def load(job_dir: Path) -> State | None:
+    """The committed state, None when there is none; ``StateError`` when it is unusable."""
+    path = state_path(job_dir)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StateError(f"cannot read {path}: {exc}") from None
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    try:
+        return decode(b"".join(chunks))
+    except StateError as exc:
+        raise StateError(f"{path}: {exc}") from None
+
+
+def commit(job_dir: Path, state: State) -> None:
+    """Replace the state file atomically and durably (OSError if that fails)."""
+    path = state_path(job_dir)
+    tmp = path.with_name(f"{path.name}.tmp")
+    data = encode(state)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        written = 0
+        while written < len(data):
+            written += os.write(fd, view[written:])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

@@ -1,0 +1,226 @@
+"""The service as a real process: wait file, signals, drain timeout, the job lock, CPU
+priority, other jobs' spool files and the command line (H9)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.aggregator.spoolkit import (
+    NODE,
+    FakeWriter,
+    cli,
+    finish,
+    log_path,
+    messages,
+    spawn,
+    spool_dir,
+    started,
+    wait_for,
+)
+
+
+def test_stale_wait_file_is_ignored_until_made_again(tmp_path: Path) -> None:
+    """A wait file older than the aggregator does not stop it; touching it again does."""
+    done = tmp_path / "done"
+    done.touch()
+    w = FakeWriter(spool_dir(tmp_path))
+    agg = cli(tmp_path)
+    started(tmp_path, agg)
+    w.log("one")
+    wait_for(lambda: messages(log_path(tmp_path)) == ["one"], what="first record")
+    w.log("two")  # a later cycle: the aggregator is still running despite the old file
+    wait_for(lambda: messages(log_path(tmp_path)) == ["one", "two"], what="second record")
+    assert agg.poll() is None
+    w.close()
+    os.utime(done, ns=(time.time_ns(), time.time_ns() + 1_000_000))
+    code, err = finish(agg, timeout=10)
+    assert code == 0, err
+    assert "is older than this aggregator: ignoring it" in err
+    assert "stopped (wait file)" in err
+
+
+def test_sigterm_drains_writers_that_finish_then_exits_0(tmp_path: Path) -> None:
+    """On SIGTERM the aggregator keeps reading while writers live, writes everything once
+    they are gone, prints a summary and exits 0."""
+    w = FakeWriter(spool_dir(tmp_path))
+    w.log("before the signal")
+    agg = cli(tmp_path)
+    started(tmp_path, agg)
+    wait_for(lambda: messages(log_path(tmp_path)) == ["before the signal"], what="record")
+    agg.send_signal(signal.SIGTERM)
+    for i in range(100):
+        w.log(f"during the drain {i}")
+    w.close()
+    code, err = finish(agg, timeout=15)
+    assert code == 0, err
+    assert messages(log_path(tmp_path)) == ["before the signal"] + [
+        f"during the drain {i}" for i in range(100)
+    ]
+    assert "stopped (SIGTERM)" in err and "wrote 101 records" in err
+
+
+def test_drain_timeout_bounds_the_wait_for_live_writers(tmp_path: Path) -> None:
+    """A writer that never exits holds the aggregator only for --drain-timeout; what was
+    complete is written and the summary says a writer was left running."""
+    w = FakeWriter(spool_dir(tmp_path))
+    w.log("complete")
+    w.raw(b'{"v":1,"k":"log","msg":"torn')
+    agg = cli(tmp_path, "--drain-timeout", "0.5")
+    started(tmp_path, agg)
+    wait_for(lambda: messages(log_path(tmp_path)) == ["complete"], what="record")
+    start = time.monotonic()
+    agg.send_signal(signal.SIGINT)
+    code, err = finish(agg, timeout=15)
+    elapsed = time.monotonic() - start
+    w.close()
+    assert code == 0, err
+    assert 0.4 < elapsed < 5, elapsed
+    assert "1 writers were still running after the 0.5 s drain timeout" in err
+    assert messages(log_path(tmp_path)) == ["complete"]
+
+
+def test_second_signal_exits_at_once(tmp_path: Path) -> None:
+    """During a long drain a second signal ends the process immediately."""
+    w = FakeWriter(spool_dir(tmp_path))
+    agg = cli(tmp_path, "--drain-timeout", "60")
+    started(tmp_path, agg)
+    agg.send_signal(signal.SIGTERM)
+    wait_for(lambda: "draining (SIGTERM)" in agg.err(), what="the drain to begin")
+    start = time.monotonic()
+    agg.send_signal(signal.SIGTERM)
+    code, err = finish(agg, timeout=10)
+    w.close()
+    assert time.monotonic() - start < 5
+    assert code == 128 + signal.SIGTERM, err
+    assert "second signal: exiting at once" in err
+
+
+def test_second_aggregator_on_the_same_job_is_refused(tmp_path: Path) -> None:
+    first = cli(tmp_path)
+    started(tmp_path, first)
+    second = cli(tmp_path)
+    code, err = finish(second, timeout=15)
+    assert code == 1
+    assert f"another aggregator (pid {first.pid}) already serves" in err
+    assert ".nvrx_aggregator.lock" in err
+    assert first.poll() is None
+    (tmp_path / "done").touch()
+    code, err = finish(first)
+    assert code == 0, err
+
+
+def test_runs_at_lowered_cpu_priority_by_default(tmp_path: Path) -> None:
+    agg = cli(tmp_path)
+    started(tmp_path, agg)
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    wait_for(lambda: os.getpriority(os.PRIO_PROCESS, agg.pid) == min(19, mine + 10), what="nice")
+    (tmp_path / "done").touch()
+    code, err = finish(agg)
+    assert code == 0, err
+
+
+def test_other_jobs_spool_files_are_reported_not_mixed_in(tmp_path: Path) -> None:
+    other = FakeWriter(spool_dir(tmp_path, "job2"))
+    other.log("belongs to job2")
+    other.close()
+    mine = FakeWriter(spool_dir(tmp_path))
+    mine.log("belongs to job1")
+    mine.close()
+    agg = cli(tmp_path)
+    started(tmp_path, agg)
+    (tmp_path / "done").touch()
+    code, err = finish(agg)
+    assert code == 0, err
+    assert messages(log_path(tmp_path)) == ["belongs to job1"]
+    assert f"{spool_dir(tmp_path, 'job2')} holds 1 spool files" in err
+    assert "of another job" in err
+    assert other.path.exists()  # left alone
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "NVRX"))}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", *args], capture_output=True, text=True, env=full_env, timeout=60
+    )
+
+
+def test_bad_values_name_the_flag(tmp_path: Path) -> None:
+    base = ["--log-dir", str(tmp_path), "--wait-file", str(tmp_path / "w")]
+    base += ["--spool-dir", str(tmp_path / "s")]
+    for flag, value, words in (
+        ("--check-interval", "abc", "expected a number of seconds > 0, got 'abc'"),
+        ("--check-interval", "0", "expected a number of seconds > 0, got '0'"),
+        ("--drain-timeout", "-1", "expected a number of seconds >= 0, got '-1'"),
+        ("--nice", "40", "expected a whole number from 0 to 19, got '40'"),
+    ):
+        out = _run("nvrx_otel.logging.aggregator", *base, flag, value)
+        assert out.returncode == 2, out.stderr
+        assert f"argument {flag}: {words}" in out.stderr
+    out = _run("nvrx_otel.logging.aggregator", "--log-dir", str(tmp_path), "--wait-file", "w")
+    assert out.returncode == 2
+    assert "pass --spool-dir or set NVRX_NODE_LOCAL_TMPDIR" in out.stderr
+    out = _run("nvrx_otel.logging.aggregator", *base, env={"NVRX_OTEL_HOLD_WINDOW_MS": "soon"})
+    assert out.returncode == 2
+    assert "NVRX_OTEL_HOLD_WINDOW_MS='soon': expected a whole number >= 0" in out.stderr
+
+
+def test_nvrx_otel_aggregate_is_the_same_command(tmp_path: Path) -> None:
+    out = _run("nvrx_otel.cli", "aggregate", "--help")
+    assert out.returncode == 0
+    assert out.stdout.startswith("usage: nvrx-otel aggregate")
+    assert "--en-chronological-ordering" in out.stdout and "--drain-timeout" in out.stdout
+    w = FakeWriter(spool_dir(tmp_path))
+    w.log("via nvrx-otel aggregate")
+    w.close()
+    (tmp_path / "done").touch()  # older than the aggregator: ignored ...
+    env = {"NVRX_OTEL_NODE_ID": NODE}
+    proc = spawn(
+        tmp_path,
+        [sys.executable, "-m", "nvrx_otel.cli", "aggregate", "--log-dir", str(tmp_path / "logs"),
+         "--wait-file", str(tmp_path / "done"), "--spool-dir", str(tmp_path / "spool"),
+         "--job-id", "job1", "--check-interval", "0.05"],
+        {**os.environ, **env},
+    )  # fmt: skip
+    started(tmp_path, proc)
+    wait_for(lambda: messages(log_path(tmp_path)) == ["via nvrx-otel aggregate"], what="record")
+    os.utime(tmp_path / "done", ns=(time.time_ns(), time.time_ns() + 1_000_000))  # ... until now
+    code, err = finish(proc)
+    assert code == 0, err
+
+
+def test_status_lines_and_final_summary_on_stderr(tmp_path: Path) -> None:
+    """Every NVRX_OTEL_STATUS_INTERVAL_S a status line (lag, backlog, records/s, drops,
+    corrupt records) goes to stderr, and a summary at the end."""
+    w = FakeWriter(spool_dir(tmp_path))
+    w.log("one")
+    w.raw(b"not a record\n")
+    w.raw(b'{"v":1,"k":"log","msg":"half')  # a tail that waits: backlog
+    agg = cli(tmp_path, env={"NVRX_OTEL_STATUS_INTERVAL_S": "0.1"})
+    started(tmp_path, agg)
+    line = wait_for(
+        lambda: next(
+            (x for x in agg.err().splitlines() if "status:" in x and "1 corrupt" in x), ""
+        ),
+        what="a status line",
+    )
+    assert re.search(
+        r"status: lag \d+\.\d s, backlog 28 B, \d+ records/s, 2 written, 0 dropped, "
+        r"1 corrupt, 1 writers \(1 live\)$",
+        line,
+    ), line
+    w.close()
+    (tmp_path / "done").touch()
+    code, err = finish(agg)
+    assert code == 0, err
+    assert re.search(
+        r"stopped \(wait file\) after \d+\.\d s: wrote 3 records to .*nvrx_log_testnode\.log "
+        r"\(\d+ records/s\); reported 0 dropped and 2 corrupt records; 1 writers$",
+        err.rstrip("\n").splitlines()[-1],
+    ), err

@@ -18,7 +18,8 @@ from typing import Any
 import yaml
 
 NAMESPACE = "nv.nvrx."
-_KINDS = {"attribute_group", "reused", "scope", "span"}
+_KINDS = {"attribute_group", "reused", "scope", "span", "metric"}
+_INSTRUMENTS = {"counter", "updowncounter", "gauge", "histogram"}
 _TYPES = {"string", "int", "double", "boolean", "string[]", "int[]"}
 _REQUIREMENT_LEVELS = ("required", "recommended", "opt_in")
 _IDENT = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
@@ -77,11 +78,25 @@ class Span:
         return "SPAN_" + _upper(self.name.removeprefix(NAMESPACE))
 
 
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    instrument: str
+    unit: str
+    brief: str
+    stability: str
+
+    @property
+    def constant(self) -> str:
+        return "METRIC_" + _upper(self.name.removeprefix(NAMESPACE))
+
+
 @dataclass
 class Registry:
     attributes: dict[str, Attribute] = field(default_factory=dict)
     scopes: dict[str, Scope] = field(default_factory=dict)
     spans: dict[str, Span] = field(default_factory=dict)
+    metrics: dict[str, Metric] = field(default_factory=dict)
 
 
 def _upper(dotted: str) -> str:
@@ -118,6 +133,21 @@ def load_registry(model_dir: Path) -> Registry:
                     if attr.id in reg.attributes:
                         raise RegistryError(f"{where}: attribute {_q(attr.id)} defined twice")
                     reg.attributes[attr.id] = attr
+            elif kind == "metric":
+                metric = Metric(
+                    name=_require(group, "metric_name", where),
+                    instrument=_require(group, "instrument", where),
+                    unit=_require(group, "unit", where),
+                    brief=_require(group, "brief", where).strip(),
+                    stability=_require(group, "stability", where),
+                )
+                if metric.instrument not in _INSTRUMENTS:
+                    raise RegistryError(f"{where}: unknown instrument {metric.instrument!r}")
+                if not metric.name.startswith(NAMESPACE):
+                    raise RegistryError(f"{where}: outside the {NAMESPACE} namespace")
+                if group["id"] != f"metric.{metric.name}":
+                    raise RegistryError(f"{where}: id must be 'metric.{metric.name}'")
+                reg.metrics[metric.name] = metric
             elif kind == "scope":
                 scope = Scope(
                     name=_require(group, "name", where),
@@ -191,6 +221,7 @@ def _check_unique_constants(reg: Registry) -> None:
         [a.constant for a in reg.attributes.values()]
         + [s.constant for s in reg.scopes.values()]
         + [s.constant for s in reg.spans.values()]
+        + [m.constant for m in reg.metrics.values()]
     )
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -248,6 +279,11 @@ def render_python(reg: Registry) -> str:
         out.append("")
     for span in reg.spans.values():
         out.append(f"{span.constant}: Final = {_q(span.name)}\n{_doc(span.brief)}\n")
+    if reg.metrics:
+        out.append("\n# --- metrics " + "-" * 73 + "\n")
+        for metric in reg.metrics.values():
+            doc = f"{metric.brief} ({metric.instrument}, unit ``{metric.unit}``)"
+            out.append(f"{metric.constant}: Final = {_q(metric.name)}\n{_doc(doc)}\n")
     out.append(_SPAN_TABLE_CODE)
     for span in reg.spans.values():
         req = tuple(ref for ref, lvl in span.attributes if lvl == "required")
@@ -333,6 +369,15 @@ def render_markdown(reg: Registry) -> str:
         for span in _spans_of(reg, scope.name):
             attrs = ", ".join(f"`{ref}` ({lvl})" for ref, lvl in span.attributes) or "—"
             lines.append(f"| `{span.kind}` | `{span.name}` | {attrs} | {_md_cell(span.brief)} |")
+        lines.append("")
+    if reg.metrics:
+        lines += ["## Metrics", "", "| name | constant | instrument | unit | brief |"]
+        lines += ["|---|---|---|---|---|"]
+        for m in reg.metrics.values():
+            lines.append(
+                f"| `{m.name}` | `{m.constant}` | {m.instrument} | `{m.unit}` | "
+                f"{_md_cell(m.brief)} |"
+            )
         lines.append("")
     lines += ["## Attributes", ""]
     lines += [

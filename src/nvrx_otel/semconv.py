@@ -318,6 +318,30 @@ SPAN_FTL_PYTHON_IMPORTS: Final = "nv.nvrx.ftl.python.imports"
 """Time spent importing a set of modules."""
 
 
+# --- metrics -------------------------------------------------------------------------
+
+METRIC_AGGREGATOR_RECORDS: Final = "nv.nvrx.aggregator.records"
+"""Records the aggregator wrote to the node log (records and loss reports). (counter, unit ``{record}``)"""
+
+METRIC_AGGREGATOR_DROPPED: Final = "nv.nvrx.aggregator.dropped"
+"""Records reported dropped (writers' budget and write errors, rotation, OTLP backlog). (counter, unit ``{record}``)"""
+
+METRIC_AGGREGATOR_CORRUPT: Final = "nv.nvrx.aggregator.corrupt"
+"""Spool lines reported corrupt. (counter, unit ``{record}``)"""
+
+METRIC_AGGREGATOR_BACKLOG: Final = "nv.nvrx.aggregator.backlog"
+"""Bytes of spool files not yet in the node log. (gauge, unit ``By``)"""
+
+METRIC_AGGREGATOR_LAG: Final = "nv.nvrx.aggregator.lag"
+"""Age of the newest record written while a backlog remains (0 when caught up). (gauge, unit ``s``)"""
+
+METRIC_AGGREGATOR_RATE: Final = "nv.nvrx.aggregator.rate"
+"""Records written per second since the previous export. (gauge, unit ``{record}/s``)"""
+
+METRIC_AGGREGATOR_OTLP_EXPORTED: Final = "nv.nvrx.aggregator.otlp.exported"
+"""Log records and spans the OTLP endpoint acknowledged. (counter, unit ``{record}``)"""
+
+
 @dataclass(frozen=True)
 class SpanDef:
     """One span of the conventions: its group (the tracer name), kind and full name."""

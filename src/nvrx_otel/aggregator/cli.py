@@ -105,7 +105,28 @@ def build_parser(prog: str = DEFAULT_PROG) -> argparse.ArgumentParser:
         default=10,
         help="how much to lower the aggregator's CPU priority, 0-19 (default: 10)",
     )
+    parser.add_argument(
+        "--otlp-endpoint",
+        type=_url,
+        metavar="URL",
+        help="export logs, spans and health metrics over OTLP to this base URL "
+        "(like OTEL_EXPORTER_OTLP_ENDPOINT, which it overrides; default: OTLP is on only "
+        "when an OTEL_EXPORTER_OTLP_*ENDPOINT variable is set)",
+    )
+    parser.add_argument(
+        "--otlp-json",
+        type=Path,
+        metavar="DIR",
+        help="also write logs and spans as OTLP/JSON lines (the collector file exporter's "
+        "shape) to DIR/logs_<node>.jsonl and DIR/traces_<node>.jsonl",
+    )
     return parser
+
+
+def _url(text: str) -> str:
+    if not text.startswith(("http://", "https://")) or len(text.split("://", 1)[1]) == 0:
+        raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {text!r}")
+    return text
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = DEFAULT_PROG) -> int:
@@ -131,6 +152,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = DEFAULT_PROG) -> int:
             check_interval=args.check_interval,
             drain_timeout=args.drain_timeout,
             nice=args.nice,
+            otlp_endpoint=args.otlp_endpoint,
+            otlp_json=args.otlp_json,
         )
         aggregator = Aggregator(config)
         aggregator.open()

@@ -36,6 +36,8 @@ from nvrx_otel.aggregator.lifecycle import (
 )
 from nvrx_otel.aggregator.merge import ChronoMerge
 from nvrx_otel.aggregator.nodelog import Backup, NodeLogFile, RotationPlan, escape
+from nvrx_otel.aggregator.otlp_export import FileView, build_export
+from nvrx_otel.aggregator.otlp_metrics import HealthMetrics
 from nvrx_otel.aggregator.output import Output, RecordSink
 from nvrx_otel.aggregator.reader import Chunk, read_chunk
 from nvrx_otel.aggregator.spooldir import SpoolDir
@@ -72,6 +74,8 @@ class AggregatorConfig:
     nice: int = 10
     settle_s: float = 2.0  # how long a writer's older file may still get a last write
     chunk_bytes: int = 256 << 10  # bytes read from one file at a time (cache-sized)
+    otlp_endpoint: str | None = None  # base URL; None: from OTEL_EXPORTER_OTLP_* when set
+    otlp_json: Path | None = None  # write OTLP/JSON lines here
 
     @classmethod
     def from_env(cls, *, strict: bool = False, **fields: Any) -> AggregatorConfig:
@@ -128,6 +132,9 @@ class Aggregator:
             rotate=self._rotate,
         )
         self._spool = SpoolDir(self.job_dir, settle_s=config.settle_s)
+        self._otlp = build_export(config, self.node_id)
+        self._metrics: HealthMetrics | None = None
+        self._backlog_bytes = 0
         self._merge = self._new_merge()
         self._lock = JobLock(self.job_dir)
         self._wait = WaitFile(None)
@@ -224,6 +231,8 @@ class Aggregator:
         self._spool.scan()
         if saved is not None:
             self._spool.restore(saved.files)
+            if self._otlp is not None:
+                self._otlp.restore(saved.otlp)
         if deleted:
             self._out.rotation_reports(deleted)
         # Commit before writing anything: a first run killed before its first regular
@@ -236,6 +245,9 @@ class Aggregator:
         previous = catch_signals(self.request_stop) if install_signals else {}
         try:
             lower_priority(self.config.nice)
+            if self._otlp is not None:
+                self._otlp.start()
+                self._start_metrics()
             self._loop()
             self.exit_code = 0
         except Exception:  # a bug, or storage gone for good: committed progress stays valid
@@ -270,7 +282,44 @@ class Aggregator:
         elif self._opened:
             self._close()
 
+    def _start_metrics(self) -> None:
+        """Health metrics over the same endpoint as the logs (when there is one)."""
+        if self._otlp is None or self._otlp.logs is None:
+            return
+        from nvrx_otel.aggregator.otlp_transport import resolve
+
+        try:
+            config = resolve("metrics", base_endpoint=self.config.otlp_endpoint)
+            interval = self.config.status_interval if self.config.status_interval > 0 else 60.0
+            self._metrics = HealthMetrics(
+                config,
+                get_identity().resource(),
+                self._health_values,
+                interval_s=min(interval, 10.0),
+            )
+        except Exception as exc:  # health metrics are a bonus; records matter
+            say(f"cannot export health metrics: {type(exc).__name__}: {exc}")
+
+    def _health_values(self) -> dict[str, float]:
+        h = self.health
+        lag = (time.time_ns() - h.last_ts) / 1e9 if self._backlog_bytes and h.last_ts else 0.0
+        exported = self._otlp.exported if self._otlp is not None else {}
+        return {
+            "records": float(h.written),
+            "dropped": float(h.dropped + (self._otlp.dropped if self._otlp is not None else 0)),
+            "corrupt": float(h.corrupt),
+            "exported": float(sum(exported.values())),
+            "backlog": float(self._backlog_bytes),
+            "lag": max(lag, 0.0),
+            "rate": h.rate(),
+        }
+
     def _close(self) -> None:
+        if self._metrics is not None:
+            self._metrics.shutdown(1.0)
+            self._metrics = None
+        if self._otlp is not None:
+            self._otlp.stop(time.monotonic())
         self._spool.close()
         self._log.close()
         self._lock.release()
@@ -367,6 +416,8 @@ class Aggregator:
                     break  # the rest of this file before the writer's next file
         if self._merge is not None:
             self._out.entries(self._merge.pop(time.time_ns()))
+        if self._otlp is not None:
+            self._dirty = self._dirty or self._otlp.dirty
         if self._dirty and (not backlog or time.monotonic() - self._last_commit >= COMMIT_EVERY_S):
             self._commit()
             self._delete_consumed()
@@ -404,16 +455,48 @@ class Aggregator:
             backups=self._log.backups,
             rotating=rotating,
         )
-        st.commit(self.job_dir, st.State(files=files, log=log, totals=dict(self._totals)))
+        otlp = self._otlp.state() if self._otlp is not None else None
+        st.commit(
+            self.job_dir, st.State(files=files, log=log, totals=dict(self._totals), otlp=otlp)
+        )
         for f in self._spool.tracked:
             f.committed = f.done
+        self._backlog_bytes = self._spool.backlog()
         self._dirty = False
         self._last_commit = time.monotonic()
+        if self._otlp is not None:
+            self._otlp.update(self._views())
+
+    def _views(self) -> list[FileView]:
+        """What the OTLP exporter may read: each file up to its committed offset."""
+        spool = self._spool
+        return [
+            FileView(
+                name=f.name,
+                path=spool.path / f.name,
+                ino=f.ino,
+                writer=f.writer,
+                index=f.parts.index,
+                pid=f.pid,
+                committed=f.committed,
+                size=f.size,
+                final=f.final,
+                gone=spool.writer_gone(f.writer),
+            )
+            for f in spool.tracked
+            if not f.vanished and f.fd >= 0
+        ]
 
     def _delete_consumed(self) -> None:
         deleted = False
         for f in list(self._spool.tracked):
-            if f.final and not f.held and not f.tail and f.committed == f.offset == f.size:
+            if (
+                f.final
+                and not f.held
+                and not f.tail
+                and f.committed == f.offset == f.size
+                and (self._otlp is None or self._otlp.consumed(f.name, f.ino, f.size))
+            ):
                 deleted = self._spool.delete(f) or deleted
         if deleted:
             self._dirty = True
@@ -446,6 +529,8 @@ class Aggregator:
     # --- stopping and health ----------------------------------------------------------------
 
     def _drained(self) -> bool:
+        if self._otlp is not None and not self._otlp.caught_up():
+            return False
         spool = self._spool
         for writer, files in spool.writers():
             if not spool.writer_gone(writer):
@@ -463,6 +548,12 @@ class Aggregator:
             if self._merge is not None:
                 self._out.entries(self._merge.pop(None))
             self._commit()
+            if self._otlp is not None:  # export what the node log has, within the drain time
+                deadline = self._deadline
+                if deadline == float("inf"):
+                    deadline = time.monotonic() + self.config.drain_timeout
+                self._otlp.stop(deadline)
+                say(self._otlp.summary())
             self._delete_consumed()
             self._commit()
             live = self._spool.live_writers()

@@ -54,6 +54,7 @@ class State:
     files: dict[str, FileProgress] = field(default_factory=dict)
     log: LogProgress | None = None
     totals: dict[str, int] = field(default_factory=dict)
+    otlp: dict[str, Any] | None = None  # the OTLP exporter's cursors and open spans
 
 
 def state_path(job_dir: Path) -> Path:
@@ -82,6 +83,7 @@ def encode(state: State) -> bytes:
         "v": STATE_VERSION,
         "files": {n: [f.ino, f.offset, f.hdr] for n, f in state.files.items()},
         "totals": state.totals,
+        "otlp": state.otlp,
         "log": None
         if log is None
         else {
@@ -130,7 +132,10 @@ def decode(data: bytes) -> State:
                 backups=[_backup(b) for b in raw["backups"]],
                 rotating=None if raw.get("rotating") is None else _plan(raw["rotating"]),
             )
-        return State(files=files, log=log, totals=totals)
+        otlp = doc.get("otlp")
+        return State(
+            files=files, log=log, totals=totals, otlp=otlp if isinstance(otlp, dict) else None
+        )
     except StateError:
         raise
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:

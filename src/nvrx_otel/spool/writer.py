@@ -229,6 +229,8 @@ class SpoolWriter:
                 "pid": self.pid,
                 "ppid": os.getppid(),
                 "proc": self._proc_name,
+                "budget": self.budget,
+                "max": self.max_file_size,
                 "res": self._resource,
             }
         )

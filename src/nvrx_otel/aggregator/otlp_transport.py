@@ -1,0 +1,203 @@
+"""Sending serialized OTLP requests: endpoint and options from ``OTEL_EXPORTER_OTLP_*``.
+
+``Transport.send`` never raises: it answers OK, RETRY (endpoint down, overloaded or
+timing out: send the same batch again later) or REJECTED (the endpoint refused the data
+for good: count it as dropped, never loop on it).
+"""
+
+from __future__ import annotations
+
+import enum
+import gzip
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from nvrx_otel import env
+
+SIGNALS: Final = ("logs", "traces", "metrics")
+_RETRY_HTTP: Final = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class Result(enum.Enum):
+    OK = "ok"
+    RETRY = "retry"
+    REJECTED = "rejected"
+
+
+@dataclass(frozen=True)
+class OtlpConfig:
+    """Where and how one signal is sent."""
+
+    endpoint: str
+    protocol: str = "http/protobuf"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    certificate: str | None = None
+    client_certificate: str | None = None
+    client_key: str | None = None
+    compression: str = "none"
+    timeout: float = 10.0
+
+
+def _get(environ: Mapping[str, str], name: str, signal: str) -> str | None:
+    specific = environ.get(
+        name.replace("OTEL_EXPORTER_OTLP_", f"OTEL_EXPORTER_OTLP_{signal.upper()}_")
+    )
+    value = specific if specific else environ.get(name)
+    return value.strip() if value and value.strip() else None
+
+
+def otlp_enabled(environ: Mapping[str, str] | None = None, endpoint: str | None = None) -> bool:
+    """OTLP output is on with ``--otlp-endpoint`` or any OTLP endpoint variable set."""
+    e = os.environ if environ is None else environ
+    names = [env.OTEL_EXPORTER_OTLP_ENDPOINT] + [
+        env.OTEL_EXPORTER_OTLP_ENDPOINT.replace("OTLP_", f"OTLP_{s.upper()}_") for s in SIGNALS
+    ]
+    return bool(endpoint) or any(e.get(n, "").strip() for n in names)
+
+
+def resolve(
+    signal: str, *, base_endpoint: str | None = None, environ: Mapping[str, str] | None = None
+) -> OtlpConfig:
+    """The config of ``signal`` ("logs", "traces", "metrics"): ``base_endpoint`` (the
+    ``--otlp-endpoint`` flag) overrides the environment. Bad values raise ValueError
+    naming the variable."""
+    from opentelemetry.util.re import parse_env_headers
+
+    e = os.environ if environ is None else environ
+    protocol = _get(e, env.OTEL_EXPORTER_OTLP_PROTOCOL, signal) or "http/protobuf"
+    if protocol not in ("http/protobuf", "grpc"):
+        raise ValueError(
+            f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: expected http/protobuf or grpc"
+        )
+    specific_name = env.OTEL_EXPORTER_OTLP_ENDPOINT.replace("OTLP_", f"OTLP_{signal.upper()}_")
+    if base_endpoint:
+        endpoint = _signal_url(base_endpoint, signal, protocol)
+    elif e.get(specific_name, "").strip():
+        endpoint = e[specific_name].strip()  # used as is, per the specification
+    elif e.get(env.OTEL_EXPORTER_OTLP_ENDPOINT, "").strip():
+        endpoint = _signal_url(e[env.OTEL_EXPORTER_OTLP_ENDPOINT].strip(), signal, protocol)
+    else:
+        default = "http://localhost:4317" if protocol == "grpc" else "http://localhost:4318"
+        endpoint = _signal_url(default, signal, protocol)
+    compression = (_get(e, env.OTEL_EXPORTER_OTLP_COMPRESSION, signal) or "none").lower()
+    if compression not in ("none", "gzip"):
+        raise ValueError(f"OTEL_EXPORTER_OTLP_COMPRESSION={compression!r}: expected gzip or none")
+    timeout_text = _get(e, env.OTEL_EXPORTER_OTLP_TIMEOUT, signal)
+    timeout = 10.0
+    if timeout_text is not None:
+        timeout = env.parse_nonneg_float(env.OTEL_EXPORTER_OTLP_TIMEOUT, timeout_text) / 1000.0
+    headers = parse_env_headers(_get(e, env.OTEL_EXPORTER_OTLP_HEADERS, signal) or "", liberal=True)
+    return OtlpConfig(
+        endpoint=endpoint,
+        protocol=protocol,
+        headers=headers,
+        certificate=_get(e, env.OTEL_EXPORTER_OTLP_CERTIFICATE, signal),
+        client_certificate=_get(e, env.OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE, signal),
+        client_key=_get(e, env.OTEL_EXPORTER_OTLP_CLIENT_KEY, signal),
+        compression=compression,
+        timeout=timeout or 10.0,
+    )
+
+
+def _signal_url(base: str, signal: str, protocol: str) -> str:
+    if protocol == "grpc":
+        return base
+    return base.rstrip("/") + f"/v1/{signal}"
+
+
+class Transport:
+    """Sends serialized export requests of one signal to one endpoint."""
+
+    def __init__(self, signal: str, config: OtlpConfig) -> None:
+        self.signal = signal
+        self.config = config
+        self.last_error = ""
+        self._session: Any = None
+        self._grpc: Any = None
+
+    def send(self, payload: bytes) -> Result:
+        try:
+            if self.config.protocol == "grpc":
+                return self._send_grpc(payload)
+            return self._send_http(payload)
+        except Exception as exc:  # a transport must never take the aggregator down
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return Result.RETRY
+
+    def _send_http(self, payload: bytes) -> Result:
+        import requests
+
+        if self._session is None:
+            self._session = requests.Session()
+            self._session.headers.update(self.config.headers)
+            self._session.headers["Content-Type"] = "application/x-protobuf"
+            if self.config.compression == "gzip":
+                self._session.headers["Content-Encoding"] = "gzip"
+        cfg = self.config
+        body = gzip.compress(payload, compresslevel=1) if cfg.compression == "gzip" else payload
+        cert: Any = None
+        if cfg.client_certificate and cfg.client_key:
+            cert = (cfg.client_certificate, cfg.client_key)
+        elif cfg.client_certificate:
+            cert = cfg.client_certificate
+        try:
+            resp = self._session.post(
+                cfg.endpoint,
+                data=body,
+                timeout=cfg.timeout,
+                verify=cfg.certificate if cfg.certificate else True,
+                cert=cert,
+            )
+        except requests.RequestException as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return Result.RETRY
+        if 200 <= resp.status_code < 300:
+            return Result.OK
+        self.last_error = f"HTTP {resp.status_code} from {cfg.endpoint}"
+        return Result.RETRY if resp.status_code in _RETRY_HTTP else Result.REJECTED
+
+    def _send_grpc(self, payload: bytes) -> Result:
+        try:
+            import grpc
+        except ImportError as exc:
+            raise ValueError(
+                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs the grpc extra: "
+                "pip install 'nvrx-otel[grpc]'"
+            ) from exc
+        cfg = self.config
+        if self._grpc is None:
+            target = cfg.endpoint.split("://", 1)[-1].rstrip("/")
+            insecure = cfg.endpoint.startswith("http://") or not cfg.certificate
+            if insecure:
+                channel = grpc.insecure_channel(target)
+            else:
+                assert cfg.certificate is not None
+                with open(cfg.certificate, "rb") as fh:
+                    creds = grpc.ssl_channel_credentials(root_certificates=fh.read())
+                channel = grpc.secure_channel(target, creds)
+            method = {
+                "logs": "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+                "traces": "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                "metrics": "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+            }[self.signal]
+            self._grpc = channel.unary_unary(method)
+        metadata = list(cfg.headers.items())
+        compression = grpc.Compression.Gzip if cfg.compression == "gzip" else None
+        try:
+            self._grpc(payload, timeout=cfg.timeout, metadata=metadata, compression=compression)
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            self.last_error = f"gRPC {code}"
+            retry = {
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                grpc.StatusCode.ABORTED,
+                grpc.StatusCode.CANCELLED,
+                grpc.StatusCode.OUT_OF_RANGE,
+                grpc.StatusCode.DATA_LOSS,
+            }
+            return Result.RETRY if code in retry else Result.REJECTED
+        return Result.OK

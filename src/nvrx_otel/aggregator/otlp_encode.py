@@ -17,6 +17,7 @@ from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from nvrx_otel import semconv
@@ -65,9 +66,36 @@ def fill_attributes(target: Any, attrs: Mapping[str, Any]) -> None:
         fill_value(kv.value, value)
 
 
+def _site_attributes(r: Record) -> bytes:
+    """The attributes a call site repeats on every record (logger, code location except
+    the line, thread), serialized once and merged into each record that shares them."""
+    template = LogRecord()
+    at = template.attributes.add
+    kv = at()
+    kv.key = semconv.LOGGER_NAME
+    kv.value.string_value = r.get("lg", "")
+    for key, field in (
+        (semconv.CODE_FILE_PATH, "path"),
+        (semconv.CODE_FUNCTION_NAME, "fn"),
+        (semconv.THREAD_NAME, "tn"),
+    ):
+        value = r.get(field)
+        if value is not None:
+            kv = at()
+            kv.key = key
+            kv.value.string_value = value
+    tid = r.get("tid")
+    if tid is not None:
+        kv = at()
+        kv.key = semconv.THREAD_ID
+        kv.value.int_value = tid
+    return template.SerializeToString()
+
+
 def encode_logs(batch: Batch, observed_ns: int) -> ExportLogsServiceRequest:
     """One export request: a ResourceLogs per writer, a ScopeLogs per logger name."""
     req = ExportLogsServiceRequest()
+    sites: dict[tuple[Any, ...], bytes] = {}
     for resource, records in batch:
         rl = req.resource_logs.add()
         fill_attributes(rl.resource.attributes, resource)
@@ -79,40 +107,22 @@ def encode_logs(batch: Batch, observed_ns: int) -> ExportLogsServiceRequest:
                 sl = scopes[logger] = rl.scope_logs.add()
                 sl.scope.name = logger
             lr = sl.log_records.add()
+            site = (logger, r.get("path"), r.get("fn"), r.get("tid"), r.get("tn"))
+            blob = sites.get(site)
+            if blob is None:
+                blob = sites[site] = _site_attributes(r)
+            lr.MergeFromString(blob)
             lr.time_unix_nano = r["ts"]
             lr.observed_time_unix_nano = observed_ns
             lr.severity_number = r.get("sev", 0)
             lr.severity_text = r.get("lvl", "")
             lr.body.string_value = r.get("msg", "")
             at = lr.attributes.add
-            kv = at()
-            kv.key = semconv.LOGGER_NAME
-            kv.value.string_value = logger
-            path = r.get("path")
-            if path is not None:
-                kv = at()
-                kv.key = semconv.CODE_FILE_PATH
-                kv.value.string_value = path
             line = r.get("line")
             if line is not None:
                 kv = at()
                 kv.key = semconv.CODE_LINE_NUMBER
                 kv.value.int_value = line
-            fn = r.get("fn")
-            if fn is not None:
-                kv = at()
-                kv.key = semconv.CODE_FUNCTION_NAME
-                kv.value.string_value = fn
-            tid = r.get("tid")
-            if tid is not None:
-                kv = at()
-                kv.key = semconv.THREAD_ID
-                kv.value.int_value = tid
-            tn = r.get("tn")
-            if tn is not None:
-                kv = at()
-                kv.key = semconv.THREAD_NAME
-                kv.value.string_value = tn
             kv = at()
             kv.key = semconv.RECORD_KEY
             kv.value.string_value = r.get("key", "")

@@ -1,0 +1,156 @@
+"""OTLP output: encoding cost per record (SDK route vs direct), and aggregator records/s
+to a local OTLP/HTTP endpoint.
+
+- ``sdk_encode``: build SDK log records from decoded spool records and run the SDK's own
+  ``encode_logs`` (what an exporter built on the SDK would do);
+- ``direct_encode``: fill opentelemetry-proto messages straight from the decoded records
+  (``nvrx_otel.aggregator.otlp_encode``), plus the orjson decode both need;
+- ``aggregator``: a prepared spool (8 ranks) drained by one in-process aggregator with the
+  node log and OTLP/HTTP output to a receiver in another process that reads and discards
+  each request; records/s of the OTLP sink from start until every record is acknowledged.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from benchmarks.bench_aggregator import NODE, prepare
+from nvrx_otel.aggregator.otlp_encode import encode_logs
+from nvrx_otel.aggregator.service import Aggregator, AggregatorConfig
+from nvrx_otel.spool.paths import job_dir
+
+_RECEIVER = r"""
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+s = ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.timeout = 600
+s.serve_forever()
+"""
+
+
+def _lines(n: int) -> list[bytes]:
+    with tempfile.TemporaryDirectory() as tmp:
+        prepare(Path(tmp), max(1, n // 8))
+        out: list[bytes] = []
+        for path in sorted(Path(tmp).iterdir()):
+            out.extend(line for line in path.read_bytes().splitlines()[1:])
+        return out[:n]
+
+
+def _sdk_encode(lines: list[bytes]) -> None:
+    from opentelemetry._logs import LogRecord, SeverityNumber
+    from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs as sdk_encode
+    from opentelemetry.sdk._logs import ReadableLogRecord
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    resource = Resource.create({})
+    scope = InstrumentationScope("nvrx")
+    batch = []
+    for line in lines:
+        r = orjson.loads(line)
+        record = LogRecord(
+            timestamp=r["ts"],
+            observed_timestamp=time.time_ns(),
+            severity_text=r["lvl"],
+            severity_number=SeverityNumber(r["sev"]),
+            body=r["msg"],
+            attributes={
+                "code.file.path": r["path"],
+                "code.line.number": r["line"],
+                "code.function.name": r["fn"],
+                "thread.id": r["tid"],
+                "thread.name": r["tn"],
+                "nv.nvrx.record.key": r["key"],
+                "log.logger.name": r["lg"],
+            },
+        )
+        batch.append(ReadableLogRecord(record, resource=resource, instrumentation_scope=scope))
+    sdk_encode(batch).SerializeToString()
+
+
+def _direct_encode(lines: list[bytes]) -> None:
+    records = [orjson.loads(line) for line in lines]
+    encode_logs([({}, records)], time.time_ns()).SerializeToString()
+
+
+def _per_record(fn: Any, lines: list[bytes], rounds: int) -> float:
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter_ns()
+        fn(lines)
+        samples.append((time.perf_counter_ns() - start) / len(lines))
+    return statistics.median(samples)
+
+
+def _aggregator_rate(records_per_rank: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="nvrx-bench-otlp-") as tmp_name:
+        tmp = Path(tmp_name)
+        root = tmp / "spool"
+        directory = job_dir(root, "bench")
+        prepare(directory, records_per_rank)
+        total = records_per_rank * 8
+        with subprocess.Popen(
+            [sys.executable, "-c", _RECEIVER], stdout=subprocess.PIPE, text=True
+        ) as receiver:
+            try:
+                assert receiver.stdout is not None
+                port = int(receiver.stdout.readline())
+                config = AggregatorConfig(
+                    log_dir=tmp / "logs",
+                    spool_root=root,
+                    job_id="bench",
+                    node_id=NODE,
+                    status_interval=0,
+                    drain_timeout=3600,
+                    nice=0,
+                    otlp_endpoint=f"http://127.0.0.1:{port}",
+                )
+                agg = Aggregator(config)
+                start = time.perf_counter()
+                agg.start_thread()
+                export = agg._otlp
+                assert export is not None
+                while export.exported["logs"] < total:
+                    time.sleep(0.01)
+                seconds = time.perf_counter() - start
+                agg.shutdown()
+            finally:
+                receiver.kill()
+    return {
+        "records": total,
+        "seconds": seconds,
+        "otlp_records_per_s": total / seconds,
+        "target_records_per_s": 100_000,
+    }
+
+
+def run(records: int = 20_000, records_per_rank: int = 50_000, rounds: int = 5) -> dict[str, Any]:
+    lines = _lines(records)
+    sdk = direct = 0.0
+    sdk_samples, direct_samples = [], []
+    for _ in range(rounds):  # interleaved: noise hits both alike
+        sdk_samples.append(_per_record(_sdk_encode, lines, 1))
+        direct_samples.append(_per_record(_direct_encode, lines, 1))
+    sdk, direct = statistics.median(sdk_samples), statistics.median(direct_samples)
+    return {
+        "ns_per_record": {"sdk_encode": sdk, "direct_encode": direct},
+        "ratios": {"direct/sdk": direct / sdk},
+        "aggregator": _aggregator_rate(records_per_rank),
+        "cpus": os.cpu_count(),
+    }

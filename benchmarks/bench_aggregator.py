@@ -67,7 +67,6 @@ def prepare(directory: Path, records_per_rank: int) -> int:
                     "lvl": "INFO",
                     "lg": "nvrx",
                     "msg": f"iteration {seq} loss 0.{seq % 9973:04d} lr 3e-4 tokens/s 123456",
-                    "file": "train.py",
                     "path": "/workspace/project/train.py",
                     "line": 120 + seq % 7,
                     "fn": "train_step",

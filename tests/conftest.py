@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,29 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         logger.removeHandler(h)
         h.close()
     fastpath.uninstall(logger)
+
+
+_spawned: list[subprocess.Popen[Any]] = []
+
+
+def spawn(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
+    """``subprocess.Popen`` whose process is killed when the test ends, passed or failed."""
+    proc: subprocess.Popen[Any] = subprocess.Popen(*args, **kwargs)
+    _spawned.append(proc)
+    return proc
+
+
+@pytest.fixture(autouse=True)
+def no_stray_processes() -> Iterator[None]:
+    yield
+    while _spawned:
+        proc = _spawned.pop()
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            proc.communicate(timeout=30)
+        except (ValueError, OSError, subprocess.TimeoutExpired):
+            pass
 
 
 def read_spool(directory: Path) -> list[dict[str, Any]]:

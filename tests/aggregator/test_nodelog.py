@@ -273,3 +273,14 @@ def test_rotation_interrupted_midway_is_finished_on_resume(
     assert len(files) == 2
     assert _account(files) == {1: 200}
     assert agg.health.dropped > 0
+
+
+def test_file_name_comes_from_path_when_the_record_has_none() -> None:
+    """The stdlib fast path writes only ``path``; the node log shows its base name."""
+    from nvrx_otel.aggregator.nodelog import format_clean_records, format_record
+
+    record = {"ts": 1_700_000_000_000_000_000, "lvl": "INFO", "path": "/src/pkg/train.py",
+              "line": 12, "msg": "m", "rank": 0}  # fmt: skip
+    assert " train.py:12 m" in format_record(record, "n")
+    assert " train.py:12 m" in format_clean_records([record], "n")
+    assert " train.py:12 m" in format_record({**record, "exc": "Traceback"}, "n")

@@ -81,7 +81,7 @@ def _slow_format(record: dict[str, Any], node: str) -> str:
     head = (
         f"{stamp} [{g('lvl', '?')}] [{node}] [workload:{_field(g('rank'))}"
         f"({_field(g('lrank'))}) infra:{_field(g('irank'))}({_field(g('ilrank'))})] "
-        f"{g('file', '?')}:{g('line', '?')} {first}"
+        f"{_file_of(record)}:{g('line', '?')} {first}"
     )
     if "trace_id" in record:
         head = f"{head} [trace_id={record['trace_id']} span_id={g('span_id', '?')}]"
@@ -90,6 +90,27 @@ def _slow_format(record: dict[str, Any], node: str) -> str:
         lines.extend(_INDENT + escape(part) for part in rest.split("\n"))
     lines.append("")
     return "\n".join(lines)
+
+
+_BASENAMES: dict[str, str] = {}
+
+
+def source_file(path: str) -> str:
+    """The base name of a call site's path (records carry ``path``; ``file`` is optional)."""
+    name = _BASENAMES.get(path)
+    if name is None:
+        name = path.rpartition("/")[2] or path
+        if len(_BASENAMES) < 4096:
+            _BASENAMES[path] = name
+    return name
+
+
+def _file_of(record: dict[str, Any]) -> str:
+    file = record.get("file")
+    if file is None:
+        path = record.get("path")
+        file = source_file(path) if isinstance(path, str) else "?"
+    return str(file)
 
 
 def format_record(record: dict[str, Any], node_id: str) -> str:
@@ -119,9 +140,10 @@ def format_records(records: Iterable[dict[str, Any]], node: str) -> str:
                 f"[workload:{g('rank', '?')}({g('lrank', '?')}) "
                 f"infra:{g('irank', '?')}({g('ilrank', '?')})]"
             )
+            file = d.get("file") or source_file(d["path"])
             line = (
                 f"{stamp},{ts // _MS % 1000:03d} [{d['lvl']}] [{node}] {ranks} "
-                f"{d['file']}:{d['line']} {d['msg']}"
+                f"{file}:{d['line']} {d['msg']}"
             )
             if "trace_id" in d:
                 line = f"{line} [trace_id={d['trace_id']} span_id={g('span_id', '?')}]"
@@ -178,9 +200,10 @@ def format_clean_records(records: list[dict[str, Any]], node: str) -> str:
                 block = blocks[key] = _rank_block(node, *key)
             if "exc" in d:
                 raise _NotClean
+            file = d.get("file") or source_file(d["path"])
             line = (
                 f"{stamp},{ts // _MS % 1000:03d} [{d['lvl']}] {block} "
-                f"{d['file']}:{d['line']} {d['msg']}"
+                f"{file}:{d['line']} {d['msg']}"
             )
             if "trace_id" in d:
                 line = f"{line} [trace_id={d['trace_id']} span_id={g('span_id', '?')}]"

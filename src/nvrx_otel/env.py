@@ -71,6 +71,55 @@ NVRX_OTEL_SPOOL_BUDGET_MB: Final = "NVRX_OTEL_SPOOL_BUDGET_MB"
 """Spool bytes (MB) one process may hold unconsumed before new records are dropped and
 counted. Default: NVRX_LOG_MAX_LOG_FILES x NVRX_LOG_MAX_FILE_SIZE_KB (40 MB)."""
 
+NVRX_OTEL_COLLECTOR_BIN: Final = "NVRX_OTEL_COLLECTOR_BIN"
+"""Path of the built collector binary (``otelcol-nvrx``) the collector tests run. Default:
+unset (the tests get it from ``scripts/build-collector.sh``, which builds or reuses it)."""
+
+NVRX_OTEL_COLLECTOR_CACHE: Final = "NVRX_OTEL_COLLECTOR_CACHE"
+"""Directory where ``scripts/build-collector.sh`` keeps collector builds and Go's caches.
+Default: ``${XDG_CACHE_HOME:-~/.cache}/nvrx-otel/collector``."""
+
+# --- LogFlow (the loguru front end; LogFlow's names, meanings and defaults) ----------------
+
+LOGFLOW_DIR: Final = "LOGFLOW_DIR"
+"""Directory of the loguru front end's run files (created if missing). Default: ``./logs``."""
+LOGFLOW_SCRIPT_NAME: Final = "LOGFLOW_SCRIPT_NAME"
+"""Stem of the run file ``<log dir>/<stem>.log``. Default: the ``__main__`` file's stem
+(its folder's name for ``__main__.py``), else ``argv[0]``'s stem, else ``app``."""
+LOGFLOW_FILE_LEVEL: Final = "LOGFLOW_FILE_LEVEL"
+"""Lowest level written to the run file and, with a spool, to the node log (a loguru level
+name, any case, or a number). Default: DEBUG."""
+LOGFLOW_CONSOLE_LEVEL: Final = "LOGFLOW_CONSOLE_LEVEL"
+"""Lowest level shown on the console (rank 0's main process only). Default: INFO."""
+LOGFLOW_ROTATION_ON_STARTUP: Final = "LOGFLOW_ROTATION_ON_STARTUP"
+"""``true``/``1``/``t``/``y``/``yes`` (or ``false``/``0``/``f``/``n``/``no``): archive an
+existing run file at startup so every run starts a fresh one. Default: true."""
+LOGFLOW_STARTUP_ROTATION: Final = "LOGFLOW_STARTUP_ROTATION"
+"""The other spelling of LOGFLOW_ROTATION_ON_STARTUP (LogFlow's README uses it); when both
+are set they must agree. Default: unset."""
+LOGFLOW_RETENTION: Final = "LOGFLOW_RETENTION"
+"""Startup archives of this script's run file to keep; 0 keeps none. Default: 5."""
+LOGFLOW_ENQUEUE: Final = "LOGFLOW_ENQUEUE"
+"""Boolean: the run file is written by loguru's background thread (``enqueue=True``);
+records still reach the spool at the call site. Default: false."""
+LOGFLOW_EAGER_ENQUEUE: Final = "LOGFLOW_EAGER_ENQUEUE"
+"""Boolean, accepted for LogFlow compatibility: LogFlow creates the enqueue queue lazily at
+the first child process unless this is true; nvrx-otel always creates it at configure
+time, so the value changes nothing. Default: false."""
+NVRX_OTEL_LOGURU_DIAGNOSE: Final = "NVRX_OTEL_LOGURU_DIAGNOSE"
+"""Boolean: loguru's ``diagnose`` (local variable values, secrets included, written next to
+tracebacks in the run file and on the console). Default: false."""
+NVRX_OTEL_LOGFLOW_PARENT: Final = "NVRX_OTEL_LOGFLOW_PARENT"
+"""Internal: set by the loguru front end in the process that configured it (JSON of its
+resolved settings and pid) so spawned children write where their parent does. Not meant to
+be set by hand. Default: unset."""
+XDG_CONFIG_HOME: Final = "XDG_CONFIG_HOME"
+"""Base of the user configuration; the loguru front end reads
+``$XDG_CONFIG_HOME/logflow/config.yaml``. Default: ``~/.config``."""
+NO_COLOR: Final = "NO_COLOR"
+"""Any non-empty value turns console colours off (https://no-color.org). Default: unset
+(colour when stderr is a terminal)."""
+
 # --- launchers: rank, size and job identity (read, never written) --------------------------
 
 RANK: Final = "RANK"

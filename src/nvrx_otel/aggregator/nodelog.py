@@ -202,8 +202,7 @@ def format_clean_records(records: list[dict[str, Any]], node: str) -> str:
                 raise _NotClean
             file = d.get("file") or source_file(d["path"])
             line = (
-                f"{stamp},{ts // _MS % 1000:03d} [{d['lvl']}] {block} "
-                f"{file}:{d['line']} {d['msg']}"
+                f"{stamp},{ts // _MS % 1000:03d} [{d['lvl']}] {block} {file}:{d['line']} {d['msg']}"
             )
             if "trace_id" in d:
                 line = f"{line} [trace_id={d['trace_id']} span_id={g('span_id', '?')}]"

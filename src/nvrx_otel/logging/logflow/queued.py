@@ -1,0 +1,133 @@
+"""The run file written by a background thread: LogFlow's ``enqueue=True``, fork-safe.
+
+loguru's own ``enqueue=True`` sends every record through a ``multiprocessing`` pipe to a
+writer thread. With a thread logging while another forks, it deadlocks: loguru's at-fork
+hook takes the writer thread's lock while the logging thread holds the handler lock and
+waits for room in the full pipe, which only the writer thread can make
+(Delgan/loguru#1065). It also pickles each record (tens of µs).
+
+:class:`QueuedFile` keeps the point of ``enqueue`` — the calling thread does no file I/O —
+without a pipe: loguru formats the line in the caller, :meth:`QueuedFile.write` appends it
+to an in-process queue (never blocks, so a fork never waits on it), and a daemon thread
+writes batches with ``os.write`` on an ``O_APPEND`` descriptor. A forked child drops the
+parent's pending lines (the parent writes them) and from then on writes its own lines
+directly, one ``os.write`` per line on the shared ``O_APPEND`` descriptor: children write
+where their parent does, without a lock shared between processes.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Final
+
+_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+_STOP: Final = object()
+_GATHER_S: Final = 0.005
+"""How long the writer thread lets lines gather after the first one: waking (and taking
+the GIL) once per line costs the logging thread more than the write it saves."""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class QueuedFile:
+    """A loguru sink object (``write``/``stop``) appending to ``path`` from a thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, _FLAGS, 0o644)
+        self.owner = os.getpid()
+        self.closed = False
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._drain, name="nvrx-otel-runfile", daemon=True)
+        self._thread.start()
+        _files.add(self)
+
+    def write(self, message: str) -> None:
+        """Called by loguru in the logging thread with one formatted line."""
+        if self.closed:
+            return
+        if os.getpid() == self.owner:
+            self._queue.put(message)
+        else:  # a forked child: no writer thread here
+            try:
+                _write_all(self.fd, message.encode("utf-8", "replace"))
+            except OSError:
+                pass  # the child's run-file line is lost; its spool record is not
+
+    def flush_queue(self, timeout: float = 10.0) -> bool:
+        """Wait until every line queued so far is written (in the owning process)."""
+        if self.closed or os.getpid() != self.owner or not self._thread.is_alive():
+            return True
+        done = threading.Event()
+        self._queue.put(done)
+        return done.wait(timeout)
+
+    def stop(self) -> None:
+        """Write what is queued and close (loguru calls this when the handler is removed)."""
+        if self.closed:
+            return
+        if os.getpid() == self.owner and self._thread.is_alive():
+            self._queue.put(_STOP)
+            self._thread.join(30)
+        self.closed = True
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+    def _drain(self) -> None:
+        q = self._queue
+        running = True
+        while running:
+            batch: list[str] = []
+            waiters: list[threading.Event] = []
+            item = q.get()
+            if item is not _STOP and not isinstance(item, threading.Event):
+                time.sleep(_GATHER_S)  # let lines gather: one wake-up and write per batch
+            while True:
+                if item is _STOP:
+                    running = False
+                elif isinstance(item, threading.Event):
+                    waiters.append(item)
+                else:
+                    batch.append(item)  # type: ignore[arg-type]
+                try:
+                    item = q.get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
+                try:
+                    _write_all(self.fd, "".join(batch).encode("utf-8", "replace"))
+                except OSError:
+                    pass  # disk full or gone: the spool still has every record
+            for waiter in waiters:
+                waiter.set()
+
+    def _after_fork_in_child(self) -> None:
+        self._queue = queue.SimpleQueue()  # the parent's pending lines are the parent's
+
+
+_files: weakref.WeakSet[QueuedFile] = weakref.WeakSet()
+
+
+def flush_all(timeout: float = 10.0) -> None:
+    """Wait until every queued run-file line of this process is written."""
+    for f in list(_files):
+        f.flush_queue(timeout)
+
+
+def _after_fork_in_child() -> None:
+    for f in list(_files):
+        f._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,174 @@
+"""The run file: its name, startup archives, retention, and where it may be shared.
+
+- Name: ``<log dir>/<script>.log`` (LogFlow's), or ``<script>.rank<N>.log`` when every
+  rank would otherwise append to one file over shared storage (see :func:`per_rank`).
+- Startup rotation: an existing non-empty run file becomes
+  ``<stem>.<YYYY-MM-DD_HH-MM-SS>.<microseconds>.log`` (its mtime; a ``-<n>`` counter is
+  added if that name exists). The name is taken with ``link`` + ``unlink``, which never
+  replaces an existing file, so two archives never collide.
+- Retention keeps the newest ``retention`` archives of this run file's stem (ours and
+  LogFlow's second-precision names) and deletes older ones; no other file is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Final
+
+ARCHIVE_SUFFIX: Final = r"\.\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}(?:\.\d{6})?(?:-\d+)?\.log"
+"""What follows the stem in an archive name (LogFlow's names have no microseconds)."""
+
+_SHARED_FS: Final = frozenset(
+    {
+        "9p", "afs", "beegfs", "ceph", "cifs", "cvfs", "davfs", "fuse", "gfs2", "glusterfs",
+        "gpfs", "lustre", "ncpfs", "nfs", "nfs4", "ocfs2", "orangefs", "panfs", "pvfs2",
+        "quobyte", "smb3", "smbfs", "virtiofs", "wekafs",
+    }
+)  # fmt: skip
+"""File system types that several nodes mount (and ``fuse.*`` except ``fuseblk``)."""
+
+
+def discover_script_name() -> str:
+    """LogFlow's default stem: the ``__main__`` file's stem (its folder's name for
+    ``__main__.py``), else ``argv[0]``'s stem, else ``app``."""
+    main = sys.modules.get("__main__")
+    file = getattr(main, "__file__", None)
+    if isinstance(file, str) and file:
+        path = Path(file)
+        if path.name == "__main__.py":
+            return path.parent.name or "app"
+        return path.stem or "app"
+    if sys.argv and sys.argv[0] and not sys.argv[0].startswith("-"):
+        return Path(sys.argv[0]).stem or "app"
+    return "app"
+
+
+def run_file(log_dir: Path, script: str, rank: int | None, *, per_rank: bool) -> Path:
+    """The run file of this process."""
+    if per_rank and rank is not None:
+        return log_dir / f"{script}.rank{rank}.log"
+    return log_dir / f"{script}.log"
+
+
+def filesystem_type(path: Path, mounts: str = "/proc/self/mounts") -> str | None:
+    """The type of the file system holding ``path`` (longest mount point), or None."""
+    try:
+        table = Path(mounts).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    target = os.path.realpath(path)
+    best, best_type = "", None
+    for line in table.splitlines():
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), parts[1])
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, best_type = point, parts[2]
+    return best_type
+
+
+def is_node_local(path: Path, mounts: str = "/proc/self/mounts") -> bool:
+    """Whether ``path`` is on storage only this node writes (unknown counts as shared)."""
+    kind = filesystem_type(path, mounts)
+    if kind is None:
+        return False
+    if kind == "fuseblk":
+        return True
+    return kind not in _SHARED_FS and not kind.startswith("fuse.")
+
+
+def per_rank(spooling: bool, log_dir: Path, rank: int | None) -> bool:
+    """Whether this rank writes its own run file: only with a node-local spool (the node
+    log is then the durable record) and a ``log_dir`` that other nodes may share."""
+    return spooling and rank is not None and not is_node_local(log_dir)
+
+
+def archive(path: Path) -> Path | None:
+    """Rename a non-empty regular file to a new archive name; None if there was none."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    if st.st_size == 0 or not stat.S_ISREG(st.st_mode):
+        return None
+    when = datetime.fromtimestamp(st.st_mtime)
+    base = f"{path.stem}.{when:%Y-%m-%d_%H-%M-%S}.{when.microsecond:06d}"
+    for n in range(10_000):
+        target = path.with_name(f"{base}.log" if n == 0 else f"{base}-{n}.log")
+        try:
+            os.link(path, target)
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            return None  # someone else archived it first
+        except OSError:  # no hard links here: rename, but never over an existing file
+            if target.exists():
+                continue
+            os.rename(path, target)
+            return target
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return target
+    raise OSError(f"no free archive name for {path}")
+
+
+def archives(path: Path) -> list[Path]:
+    """The archives of ``path``'s stem, newest first (by mtime, then name)."""
+    pattern = re.compile(re.escape(path.stem) + ARCHIVE_SUFFIX)
+    found = []
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return []
+    for entry in entries:
+        if pattern.fullmatch(entry.name):
+            try:
+                found.append((entry.stat().st_mtime, entry.name, Path(entry.path)))
+            except OSError:
+                continue
+    found.sort(reverse=True)
+    return [p for _, _, p in found]
+
+
+def purge(path: Path, keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` archives of ``path``'s stem; returns the deleted."""
+    deleted = []
+    for old in archives(path)[keep:]:
+        try:
+            old.unlink()
+            deleted.append(old)
+        except FileNotFoundError:
+            pass
+    return deleted
+
+
+def rotate(path: Path, retention: int) -> Path | None:
+    """Startup rotation: archive ``path`` if it has content, then apply retention."""
+    made = archive(path)
+    if made is not None:
+        purge(path, retention)
+    return made
+
+
+def move_tail(old: Path, start: int, new: Path) -> None:
+    """Move what was appended to ``old`` from byte ``start`` on to the end of ``new``
+    (LogFlow's pivot when the run file changes); ``old`` is left as it was before."""
+    with old.open("rb") as src:
+        src.seek(start)
+        data = src.read()
+    if data:
+        with new.open("ab") as dst:
+            dst.write(data)
+    if start == 0:
+        old.unlink()
+    else:
+        os.truncate(old, start)

@@ -1,0 +1,346 @@
+"""LogFlow's settings: one table and one resolver.
+
+Each setting is declared once (:data:`TABLE`): its argument name, which is also its key in
+configuration files, its environment variables, its default and its check. The resolver
+takes each setting from the highest layer that sets it:
+
+1. arguments of ``configure_logging`` (``None`` means not given);
+2. in a child process, the settings its parent resolved (so children write where their
+   parent does; see :func:`export_for_children`);
+3. environment variables (LogFlow's ``LOGFLOW_*`` names; unset or empty means not given);
+4. ``logflow.yaml``, then ``logflow.yml``, then ``[tool.logflow]`` in ``pyproject.toml``,
+   all in the working directory;
+5. ``$XDG_CONFIG_HOME/logflow/config.yaml`` (default ``~/.config/logflow/config.yaml``);
+6. the defaults.
+
+Every valid value is honoured, falsy ones included (``rotation_on_startup: false``,
+``retention: 0``); a key set to ``null`` counts as not set. Every value present in any
+layer is checked, and an unknown key or an invalid value raises ``ValueError`` naming the
+key, the value and where it came from. Unlike LogFlow, which reads only the first file it
+finds, layers combine per setting; ``module_levels`` is taken whole from one layer.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from nvrx_otel import env
+from nvrx_otel.logging.logflow.levels import Invalid, Level, Rule, check_level, check_module_levels
+
+_TRUE: Final = frozenset({"true", "1", "t", "y", "yes", "on"})
+_FALSE: Final = frozenset({"false", "0", "f", "n", "no", "off"})
+ARGUMENT: Final = "configure_logging() argument"
+
+
+def _check_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+    raise Invalid("true/1/t/y/yes or false/0/f/n/no")
+
+
+def _check_count(value: Any) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise Invalid("a whole number >= 0")
+
+
+def _check_dir(value: Any) -> str:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str) and value.strip() and "\0" not in value:
+        return value
+    raise Invalid("a directory path")
+
+
+def _check_name(value: Any) -> str:
+    if isinstance(value, str):
+        text = value.strip()
+        if (
+            text
+            and text not in (".", "..")
+            and "/" not in text
+            and os.sep not in text
+            and not any(ord(c) < 32 for c in text)
+        ):
+            return text
+    raise Invalid("a file name stem without path separators")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: ``key`` (argument name and file key), env vars, default, check."""
+
+    key: str
+    envs: tuple[str, ...]
+    default: Any
+    check: Callable[[Any], Any]
+    in_files: bool = True
+
+
+TABLE: Final[tuple[Setting, ...]] = (
+    Setting("log_dir", (env.LOGFLOW_DIR,), "./logs", _check_dir),
+    Setting("script_name", (env.LOGFLOW_SCRIPT_NAME,), None, _check_name),
+    Setting("file_level", (env.LOGFLOW_FILE_LEVEL,), "DEBUG", check_level),
+    Setting("console_level", (env.LOGFLOW_CONSOLE_LEVEL,), "INFO", check_level),
+    Setting(
+        "rotation_on_startup",
+        (env.LOGFLOW_ROTATION_ON_STARTUP, env.LOGFLOW_STARTUP_ROTATION),
+        True,
+        _check_bool,
+    ),
+    Setting("retention", (env.LOGFLOW_RETENTION,), 5, _check_count),
+    Setting("enqueue", (env.LOGFLOW_ENQUEUE,), False, _check_bool),
+    Setting("eager_enqueue", (env.LOGFLOW_EAGER_ENQUEUE,), False, _check_bool, in_files=False),
+    Setting("diagnose", (env.NVRX_OTEL_LOGURU_DIAGNOSE,), False, _check_bool),
+    Setting("module_levels", (), (), check_module_levels),
+)
+"""Every setting of the loguru front end, in one place."""
+
+_BY_KEY: Final = {s.key: s for s in TABLE}
+FILE_KEYS: Final = frozenset(s.key for s in TABLE if s.in_files)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved settings; ``sources`` says where each value came from."""
+
+    log_dir: str
+    script_name: str | None
+    file_level: Level
+    console_level: Level
+    rotation_on_startup: bool
+    retention: int
+    enqueue: bool
+    eager_enqueue: bool
+    diagnose: bool
+    module_levels: tuple[Rule, ...]
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    inherited: bool = field(default=False, compare=False)
+
+
+@dataclass
+class Layer:
+    """Values from one source; ``where`` names it in error messages."""
+
+    where: str
+    values: dict[str, Any]
+    per_key_where: dict[str, str] = field(default_factory=dict)
+
+    def source(self, key: str) -> str:
+        return self.per_key_where.get(key, self.where)
+
+
+# --- reading the sources -----------------------------------------------------------------
+
+
+def _fail(key: str, value: Any, where: str, expected: str) -> ValueError:
+    return ValueError(f"logflow setting {key}={value!r} in {where}: expected {expected}")
+
+
+def _read_yaml(path: Path) -> dict[str, Any] | None:
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        env.warn_once(f"cannot read {path}: {exc}; skipping it")
+        return None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+    return data
+
+
+def _read_pyproject(path: Path) -> dict[str, Any] | None:
+    tomllib: Any = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        env.warn_once(f"cannot read {path}: {exc}; skipping it")
+        return None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        # Not our file: a broken pyproject.toml must not stop the job's logging.
+        env.warn_once(f"cannot parse {path}: {exc}; skipping its [tool.logflow]")
+        return None
+    table = data.get("tool", {}).get("logflow")
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: [tool.logflow] must be a table")
+    return table
+
+
+def config_files(cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> list[Path]:
+    """The configuration files in precedence order (highest first), present or not."""
+    here = Path.cwd() if cwd is None else cwd
+    e = os.environ if environ is None else environ
+    xdg = e.get(env.XDG_CONFIG_HOME) or ""
+    base = Path(xdg) if xdg.strip() else Path("~/.config").expanduser()
+    return [
+        here / "logflow.yaml",
+        here / "logflow.yml",
+        here / "pyproject.toml",
+        base / "logflow" / "config.yaml",
+    ]
+
+
+def file_layers(cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> list[Layer]:
+    """One layer per configuration file that exists, highest first."""
+    layers = []
+    for path in config_files(cwd, environ):
+        if path.name == "pyproject.toml":
+            values = _read_pyproject(path)
+            where = f"{path} [tool.logflow]"
+        else:
+            values = _read_yaml(path)
+            where = str(path)
+        if values is None:
+            continue
+        for key, value in values.items():
+            if key not in FILE_KEYS:
+                raise ValueError(
+                    f"unknown logflow setting {key!r} (value {value!r}) in {where}; "
+                    f"known settings: {', '.join(sorted(FILE_KEYS))}"
+                )
+        layers.append(Layer(where, {k: v for k, v in values.items() if v is not None}))
+    return layers
+
+
+def env_layer(environ: Mapping[str, str] | None = None) -> Layer:
+    """The ``LOGFLOW_*`` (and nvrx-otel) variables that are set and not empty."""
+    e = os.environ if environ is None else environ
+    layer = Layer("the environment", {})
+    for setting in TABLE:
+        found = [(name, e[name]) for name in setting.envs if e.get(name, "").strip()]
+        if not found:
+            continue
+        name, raw = found[0]
+        if len(found) > 1:
+            checked = {n: _checked(setting, v, f"environment variable {n}") for n, v in found}
+            if len(set(map(repr, checked.values()))) > 1:
+                pairs = ", ".join(f"{n}={v!r}" for n, v in found)
+                raise ValueError(f"logflow setting {setting.key}: conflicting values {pairs}")
+        layer.values[setting.key] = raw
+        layer.per_key_where[setting.key] = f"environment variable {name}"
+    return layer
+
+
+def parent_layer(environ: Mapping[str, str] | None = None) -> Layer | None:
+    """The settings a parent process exported, in one of its children (else None)."""
+    e = os.environ if environ is None else environ
+    raw = e.get(env.NVRX_OTEL_LOGFLOW_PARENT)
+    if not raw:
+        return None
+    try:
+        data = orjson.loads(raw)
+        pid = int(data.pop("pid"))
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+        env.warn_once(f"{env.NVRX_OTEL_LOGFLOW_PARENT} is malformed; ignoring it")
+        return None
+    if pid == os.getpid():
+        return None
+    where = f"the parent process's settings ({env.NVRX_OTEL_LOGFLOW_PARENT}, pid {pid})"
+    return Layer(where, {k: v for k, v in data.items() if k in _BY_KEY})
+
+
+def export_for_children(settings: Settings, log_dir: Path, script_name: str) -> None:
+    """Put the resolved settings where spawned children find them (the environment)."""
+    data: dict[str, Any] = {
+        "pid": os.getpid(),
+        "log_dir": str(log_dir),
+        "script_name": script_name,
+        "file_level": settings.file_level,
+        "console_level": settings.console_level,
+        "rotation_on_startup": settings.rotation_on_startup,
+        "retention": settings.retention,
+        "enqueue": settings.enqueue,
+        "diagnose": settings.diagnose,
+        "module_levels": {r.prefix: r.as_config() for r in settings.module_levels},
+    }
+    os.environ[env.NVRX_OTEL_LOGFLOW_PARENT] = orjson.dumps(data).decode()
+
+
+def forget_export() -> None:
+    """Remove what :func:`export_for_children` set, if this process set it."""
+    layer_raw = os.environ.get(env.NVRX_OTEL_LOGFLOW_PARENT)
+    if not layer_raw:
+        return
+    try:
+        mine = orjson.loads(layer_raw).get("pid") == os.getpid()
+    except (orjson.JSONDecodeError, AttributeError):
+        mine = False
+    if mine:
+        del os.environ[env.NVRX_OTEL_LOGFLOW_PARENT]
+
+
+# --- resolving -----------------------------------------------------------------------------
+
+
+def _checked(setting: Setting, value: Any, where: str) -> Any:
+    try:
+        return setting.check(value)
+    except Invalid as exc:
+        key = exc.key or setting.key
+        shown = exc.value if exc.key is not None else value
+        raise _fail(key, shown, where, exc.expected) from None
+
+
+def resolve(
+    arguments: Mapping[str, Any],
+    *,
+    cwd: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """The settings from ``arguments`` (None = not given) and the other layers; raises
+    ``ValueError`` for an unknown key or an invalid value anywhere."""
+    unknown = set(arguments) - set(_BY_KEY)
+    if unknown:
+        raise TypeError(f"configure_logging() got unknown arguments: {', '.join(sorted(unknown))}")
+    layers = [Layer(ARGUMENT, {k: v for k, v in arguments.items() if v is not None})]
+    parent = parent_layer(environ)
+    if parent is not None:
+        layers.append(parent)
+    layers.append(env_layer(environ))
+    layers.extend(file_layers(cwd, environ))
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for layer in layers:  # check every value in every layer, not only the winners
+        for key, raw in layer.values.items():
+            value = _checked(_BY_KEY[key], raw, layer.source(key))
+            if key not in values:
+                values[key] = value
+                sources[key] = layer.source(key)
+    for setting in TABLE:
+        if setting.key not in values:
+            values[setting.key] = setting.default
+            sources[setting.key] = "default"
+    return Settings(**values, sources=sources, inherited=parent is not None)

@@ -1,0 +1,21 @@
+"""Every loguru front-end test starts unconfigured, in its own working directory, with its
+own XDG config home, and ends with ``reset_logging()``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nvrx_otel.logging.logflow import reset_logging
+
+
+@pytest.fixture(autouse=True)
+def logflow_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    reset_logging()
+    yield tmp_path
+    reset_logging()

@@ -15,6 +15,7 @@ so a noisy neighbour hurts every case alike; the median round is reported:
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import tempfile
 import time
@@ -35,6 +36,9 @@ def _time_calls(call: Callable[[int], None], n: int) -> float:
 def _nvrx(workdir: Path) -> tuple[Callable[[int], None], Callable[[], None], logging.Logger]:
     from nvrx_otel.logging import setup_logger
 
+    # No aggregator consumes this spool: lift the per-process budget so every call is
+    # really written (past the budget, calls would take the cheaper drop path).
+    os.environ["NVRX_OTEL_SPOOL_BUDGET_MB"] = "1000000"
     log = setup_logger(node_local_tmp_dir=str(workdir / "spool"), force_reset=True)
 
     def call(i: int) -> None:
@@ -160,6 +164,12 @@ def run(calls: int = 50_000, rounds: int = ROUNDS) -> dict[str, Any]:
         fh_close()
         otel_close()
         loguru_close()
+        spooled = sum(
+            p.read_bytes().count(b'"k":"log"') for p in (workdir / "spool").rglob("*.jsonl")
+        )
+    expected = rounds * calls * 2  # nvrx and nvrx+filter calls, all written, none dropped
+    if spooled < expected:
+        raise RuntimeError(f"only {spooled} of {expected} records reached the spool")
     ns = {k: statistics.median(v) for k, v in samples.items()}
     fh = ns["filehandler"]
     return {

@@ -23,6 +23,18 @@ def _logging(quick: bool) -> dict[str, Any]:
     return bench_logging.run(calls=10_000 if quick else 50_000, rounds=3 if quick else 7)
 
 
+def _tracing(quick: bool) -> dict[str, Any]:
+    from benchmarks import bench_tracing
+
+    return bench_tracing.run(calls=5_000 if quick else 20_000, rounds=3 if quick else 7)
+
+
+def _loguru(quick: bool) -> dict[str, Any]:
+    from benchmarks import bench_loguru
+
+    return bench_loguru.run(calls=500 if quick else 2_000, rounds=5 if quick else 21)
+
+
 def _aggregator(quick: bool) -> dict[str, Any]:
     from benchmarks import bench_aggregator
 
@@ -30,9 +42,20 @@ def _aggregator(quick: bool) -> dict[str, Any]:
     return result
 
 
+def _otlp(quick: bool) -> dict[str, Any]:
+    from benchmarks import bench_otlp
+
+    return bench_otlp.run(
+        records=5_000 if quick else 20_000, records_per_rank=5_000 if quick else 50_000
+    )
+
+
 SUITES: dict[str, Callable[[bool], dict[str, Any]]] = {
     "logging": _logging,
+    "loguru": _loguru,
+    "tracing": _tracing,
     "aggregator": _aggregator,
+    "otlp": _otlp,
 }
 
 

@@ -39,6 +39,8 @@ from nvrx_otel.semconv import DropReasonValues
 READ_BYTES: Final = 1 << 20
 BATCH_RECORDS: Final = 2048
 BACKOFF_MAX_S: Final = 30.0
+PRESSURE: Final = 0.5
+"""Share of a writer's spool budget its files may fill before the OTLP backlog gives way."""
 _OPEN_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _LOG_MARK: Final = b'"k":"log"'
 
@@ -74,6 +76,7 @@ class _Writer:
     max_file: int = 0
     last_ts: int = 0
     open_spans: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pending_reports: list[dict[str, Any]] = field(default_factory=list)
 
 
 class JsonLines:
@@ -226,7 +229,7 @@ class OtlpExport:
                 progressed = False
             if self._stop.is_set() and (self.caught_up() or time.monotonic() >= self._deadline):
                 return
-            if progressed:
+            if progressed or self._under_pressure():
                 self._wake.set()
 
     def _pass(self) -> bool:
@@ -253,10 +256,19 @@ class OtlpExport:
             count += self._parse(v, body, logs, spans)
             advance[v.name] = start + len(body)
         truncated = self._truncated(views)
-        if not advance and not truncated:
+        with self.lock:
+            reported = {
+                w: list(s.pending_reports) for w, s in self.writers.items() if s.pending_reports
+            }
+        for writer, pending in reported.items():
+            logs.setdefault(writer, []).extend(pending)
+        if not advance and not truncated and not reported:
             return False
         if not self._send(logs, spans, truncated):
             return False
+        with self.lock:
+            for writer, pending in reported.items():
+                del self.writers[writer].pending_reports[: len(pending)]
         with self.lock:
             for name, offset in advance.items():
                 c = self.cursors.get(name)
@@ -428,38 +440,53 @@ class OtlpExport:
                     "the node log keeps flowing"
                 )
             self.retrying = True
-            wait = min(self._backoff, max(0.0, self._deadline - time.monotonic()))
-            if self._stop.is_set() and time.monotonic() >= self._deadline:
-                return False
-            time.sleep(wait if wait > 0 else 0.05)
+            until = time.monotonic() + self._backoff
             self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
-            if self._stop.is_set() and time.monotonic() >= self._deadline:
-                return False
+            while True:  # wait out the backoff, watching for budget pressure and the stop
+                if self._under_pressure():
+                    return False  # give way: the next pass skips the oldest backlog first
+                now = time.monotonic()
+                if self._stop.is_set() and now >= self._deadline:
+                    return False
+                if now >= until:
+                    break
+                time.sleep(min(0.2, until - now))
 
     # --- budget pressure -----------------------------------------------------------------------
+
+    def _victims(self, views: list[FileView]) -> list[tuple[str, FileView]]:
+        """Per writer under budget pressure, its oldest file kept only for OTLP."""
+        by_writer: dict[str, list[FileView]] = {}
+        for v in views:
+            by_writer.setdefault(v.writer, []).append(v)
+        out = []
+        with self.lock:
+            for writer, files in by_writer.items():
+                w = self.writers.get(writer)
+                if w is None or not w.budget:
+                    continue
+                # Act at half the budget: the other half covers the node log's own lag
+                # (a writer's older file becomes final only a while after it moved on).
+                excess = sum(v.size for v in files) + w.max_file - w.budget * PRESSURE
+                for v in files:  # oldest first, until the writer is back under the mark
+                    if excess <= 0:
+                        break
+                    if v.final and v.committed >= v.size and self._offset(v) < v.size:
+                        out.append((writer, v))
+                        excess -= v.size
+        return out
+
+    def _under_pressure(self) -> bool:
+        with self.lock:
+            views = list(self.views)
+        return bool(self._victims(views))
 
     def _relieve(self, views: list[FileView]) -> None:
         """Skip (and report) the oldest node-logged file of a writer whose spool files,
         kept only for OTLP, would soon push it over its budget."""
-        by_writer: dict[str, list[FileView]] = {}
-        for v in views:
-            by_writer.setdefault(v.writer, []).append(v)
-        for writer, files in by_writer.items():
+        for writer, victim in self._victims(views):
             with self.lock:
-                w = self.writers.get(writer)
-                if w is None or not w.budget:
-                    continue
-                used = sum(v.size for v in files)
-                if used + w.max_file <= w.budget:
-                    continue
-                old = [
-                    v
-                    for v in files
-                    if v.final and v.committed >= v.size and self._offset(v) < v.size
-                ]
-                if not old:
-                    continue
-                victim = old[0]
+                w = self.writers[writer]
                 cursor = self._cursor(victim)
                 start = cursor.offset
             skipped = 0
@@ -486,7 +513,8 @@ class OtlpExport:
                     ts=now,
                     key=f"{writer}-otlp-backlog-{victim.index}",
                 )
-                self._send({writer: [report]}, {}, [])
+                with self.lock:
+                    w.pending_reports.append(report)
             self.on_report(
                 f"OTLP backlog: skipped {skipped} records of {victim.name} (already in the node "
                 "log) so its writer stays within its spool budget"

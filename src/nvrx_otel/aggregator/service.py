@@ -421,6 +421,8 @@ class Aggregator:
         if self._dirty and (not backlog or time.monotonic() - self._last_commit >= COMMIT_EVERY_S):
             self._commit()
             self._delete_consumed()
+        elif self._otlp is not None:  # finality and liveness change with time alone
+            self._otlp.update(self._views())
         return backlog
 
     def _take(self, chunk: Chunk) -> None:

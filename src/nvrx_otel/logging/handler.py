@@ -15,7 +15,7 @@ from nvrx_otel import _tracectx
 from nvrx_otel import record as rec
 from nvrx_otel.identity import get_identity
 from nvrx_otel.spool.paths import job_dir
-from nvrx_otel.spool.writer import DEFAULT_MAX_FILE_SIZE, SpoolWriter, get_writer
+from nvrx_otel.spool.writer import DEFAULT_MAX_FILE_SIZE, SpoolWriter, writer_for_root
 
 SPOOLED_ATTR = "nvrx_spooled"
 """Set on a LogRecord once it reached the spool, so other front ends never spool it twice."""
@@ -144,15 +144,12 @@ class SpoolHandler(logging.Handler):
         level: int = logging.NOTSET,
     ) -> None:
         super().__init__(level)
-        if directory is not None:
-            target = job_dir(directory, get_identity().job_id)
-        else:
-            found = default_spool_dir()
-            if found is None:
+        if directory is None:
+            directory = os.environ.get("NVRX_NODE_LOCAL_TMPDIR") or None
+            if directory is None:
                 raise ValueError("SpoolHandler needs a directory or NVRX_NODE_LOCAL_TMPDIR")
-            target = found
-        self.writer: SpoolWriter = get_writer(
-            target, proc=proc, max_file_size=max_file_size, budget=budget
+        self.writer: SpoolWriter = writer_for_root(
+            directory, proc=proc, max_file_size=max_file_size, budget=budget
         )
 
     def emit(self, record: logging.LogRecord) -> None:

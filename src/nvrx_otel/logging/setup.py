@@ -14,7 +14,6 @@ import logging
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from nvrx_otel import env
@@ -22,7 +21,6 @@ from nvrx_otel.identity import get_identity
 from nvrx_otel.logging import fastpath
 from nvrx_otel.logging.config import LogConfig
 from nvrx_otel.logging.handler import SpoolHandler, from_log_record
-from nvrx_otel.spool.paths import SpoolPathError, check_dir, job_dir
 
 _OURS = "_nvrx_otel_handler"
 _setup_lock = threading.Lock()
@@ -70,12 +68,7 @@ def _mark(handler: logging.Handler) -> logging.Handler:
 
 
 def _spool_handler(root: str, prefix: str | None) -> logging.Handler | None:
-    directory = job_dir(root, get_identity().job_id)
     try:
-        root_path = Path(root)
-        if root_path.is_symlink():
-            raise SpoolPathError(f"spool directory {root} is a symlink; refusing to use it")
-        check_dir(directory, create=True)
         return SpoolHandler(
             root,
             proc=prefix,

@@ -23,7 +23,7 @@ import orjson
 from nvrx_otel import record as rec
 from nvrx_otel.identity import get_identity
 from nvrx_otel.semconv import DropReasonValues
-from nvrx_otel.spool.paths import SpoolFileName, check_dir
+from nvrx_otel.spool.paths import SpoolFileName, SpoolPathError, check_dir, job_dir
 
 DEFAULT_MAX_FILE_SIZE: Final = 10240 * 1024
 DEFAULT_MAX_FILES: Final = 4
@@ -369,6 +369,25 @@ def get_writer(
                 writer.proc = proc
                 writer._start()
         return writer
+
+
+def writer_for_root(
+    root: str | os.PathLike[str],
+    *,
+    proc: str | None = None,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    budget: int | None = None,
+) -> SpoolWriter:
+    """The process's writer for this job's directory under the spool ``root``.
+
+    Refuses a root that is a symlink, and a job directory that is a symlink, foreign-owned
+    or not writable: :class:`SpoolPathError` says which and why.
+    """
+    if Path(root).is_symlink():
+        raise SpoolPathError(f"spool directory {root} is a symlink; refusing to use it")
+    directory = job_dir(root, get_identity().job_id)
+    check_dir(directory, create=True)
+    return get_writer(directory, proc=proc, max_file_size=max_file_size, budget=budget)
 
 
 def close_writers() -> None:

@@ -25,16 +25,13 @@ import atexit
 import os
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from nvrx_otel import env
-from nvrx_otel.identity import get_identity
-from nvrx_otel.spool.paths import SpoolPathError, check_dir, job_dir
-from nvrx_otel.spool.writer import SpoolWriter, get_writer
+from nvrx_otel.spool.writer import SpoolWriter, writer_for_root
 from nvrx_otel.tracing import helpers
 from nvrx_otel.tracing.attributes import Limits
 from nvrx_otel.tracing.propagation import env_parent
@@ -66,12 +63,8 @@ def _writer(root: str, proc: str | None) -> SpoolWriter | None:
     from nvrx_otel.logging.config import LogConfig
 
     try:
-        if Path(root).is_symlink():
-            raise SpoolPathError(f"spool directory {root} is a symlink; refusing to use it")
-        directory = job_dir(root, get_identity().job_id)
-        check_dir(directory, create=True)
-        return get_writer(
-            directory,
+        return writer_for_root(
+            root,
             proc=proc,
             max_file_size=LogConfig.get_max_file_size(),
             budget=LogConfig.get_spool_budget(),

@@ -13,7 +13,6 @@ converted or dropped.
 
 from __future__ import annotations
 
-import os
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -48,7 +47,6 @@ _V: Final = rec.SCHEMA_VERSION
 _OK: Final = StatusCode.OK.value
 _dumps = orjson.dumps
 _all_plain = all_plain
-_write = os.write
 _time_ns = time.time_ns
 _KIND_NUMBER: Final = {k: k.value for k in SpanKind}
 _INTERNAL: Final = SpanKind.INTERNAL
@@ -114,19 +112,6 @@ def _append(w: SpoolWriter, record: dict[str, Any], ts: int) -> None:
         except (TypeError, orjson.JSONEncodeError):
             body = rec.encode(record)[:-1]
         line = body[:-1] + w.identity_suffix
-        fd = w._fd
-        size = len(line)
-        if fd >= 0 and not w._dropped and not w._need_newline and w._size + size <= w.max_file_size:
-            try:
-                written = _write(fd, line)
-            except OSError as exc:
-                w.write_failed(exc, ts)
-                return
-            if written == size:
-                w._size += size
-            else:
-                w.finish_short_write(fd, line, written, ts)
-            return
         w.write_line(line, ts)
     except Exception as exc:
         report_once("cannot spool a span record", exc)

@@ -285,3 +285,22 @@ def test_otlp_json_output_parses_as_otlp_json(tmp_path: Path) -> None:
         req2 = ParseDict(_ids_to_base64(doc), ExportTraceServiceRequest())
         n_spans += sum(len(ss.spans) for r in req2.resource_spans for ss in r.scope_spans)
     assert (n_logs, n_spans) == (42, 4)
+
+
+def test_batch_refused_for_good_is_counted_not_retried_forever(
+    tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    receiver.status = 400  # a permanent refusal, unlike 503
+    agg = _aggregator(tmp_path, "--otlp-endpoint", receiver.endpoint, env=_env(tmp_path))
+    _finish(_ranks(tmp_path, 1, 30))
+    node_log = tmp_path / "logs" / "nvrx_log_node-a.log"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (
+        not node_log.exists() or node_log.read_text().count(" of rank ") < 30
+    ):
+        time.sleep(0.05)
+    err = _stop(agg, tmp_path)
+    assert "refused a logs batch of 31 for good (HTTP 400" in err
+    assert "exported 0 log records, 0 spans" in err and "33 dropped" in err
+    node_log = (tmp_path / "logs" / "nvrx_log_node-a.log").read_text()
+    assert node_log.count(" of rank ") == 30  # the node log is unaffected

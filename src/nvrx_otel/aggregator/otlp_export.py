@@ -395,26 +395,32 @@ class OtlpExport:
         ]
         n_logs = sum(len(rs) for _, rs in log_batch)
         n_spans = sum(len(rs) for _, rs in span_batch) + len(trunc)
-        jobs: list[tuple[str, Any]] = []
+        jobs: list[tuple[str, Any, int]] = []
         if n_logs:
-            jobs.append(("logs", encode_logs(log_batch, time.time_ns())))
+            jobs.append(("logs", encode_logs(log_batch, time.time_ns()), n_logs))
         if n_spans:
-            jobs.append(("traces", encode_spans(span_batch, trunc)))
-        for signal, message in jobs:
+            jobs.append(("traces", encode_spans(span_batch, trunc), n_spans))
+        refused: set[str] = set()
+        for signal, message, count in jobs:
             payload = message.SerializeToString()
             transport = self.logs if signal == "logs" else self.traces
             for dest in (transport, self.json):
                 if dest is None:
                     continue
-                if not self._deliver(dest, signal, message, payload):
+                before = self.dropped
+                if not self._deliver(dest, signal, message, payload, count):
                     return False
-        self.exported["logs"] += n_logs
-        self.exported["spans"] += n_spans - len(trunc)
-        self.exported["truncated"] += len(trunc)
+                if self.dropped != before:
+                    refused.add(signal)
+        if "logs" not in refused:
+            self.exported["logs"] += n_logs
+        if "traces" not in refused:
+            self.exported["spans"] += n_spans - len(trunc)
+            self.exported["truncated"] += len(trunc)
         return True
 
     def _deliver(
-        self, dest: Transport | JsonLines, signal: str, message: Any, payload: bytes
+        self, dest: Transport | JsonLines, signal: str, message: Any, payload: bytes, count: int
     ) -> bool:
         while True:
             if isinstance(dest, JsonLines):
@@ -428,10 +434,10 @@ class OtlpExport:
                 self._backoff = 0.5
                 return True
             if result is Result.REJECTED:
-                self.dropped += 1
+                self.dropped += count
                 self.on_report(
-                    f"OTLP endpoint refused a {signal} batch for good ({dest.last_error}); "
-                    "counted as dropped"
+                    f"OTLP endpoint refused a {signal} batch of {count} for good "
+                    f"({dest.last_error}); counted as dropped"
                 )
                 return True
             if not self.retrying:

@@ -50,12 +50,21 @@ def _otlp(quick: bool) -> dict[str, Any]:
     )
 
 
+def _scale(quick: bool) -> dict[str, Any]:
+    from benchmarks import bench_scale
+
+    if quick:
+        return bench_scale.run(records_per_rank=500, rank_counts=bench_scale.QUICK_RANK_COUNTS)
+    return bench_scale.run()
+
+
 SUITES: dict[str, Callable[[bool], dict[str, Any]]] = {
     "logging": _logging,
     "loguru": _loguru,
     "tracing": _tracing,
     "aggregator": _aggregator,
     "otlp": _otlp,
+    "scale": _scale,
 }
 
 

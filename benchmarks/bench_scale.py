@@ -1,0 +1,340 @@
+"""Scale: simulated nodes' spools through aggregators, a node agent and one gateway.
+
+Each simulated node is a spool of 8 ranks made by ``bench_aggregator.prepare`` (one
+template, copied per node with its own writer ids, so every record key is unique in the
+job). A small fixed pool of processes does the work, at most 4 at a time on a 2-core
+machine: one gateway (``gateway.yaml``), one agent (``agent.yaml``) and 2 aggregator
+workers, each draining its share of the nodes one after the other (an in-process
+``Aggregator`` per node, exporting OTLP/HTTP to the agent). The job grows from 8 to 512
+ranks with the same records per rank; for each size:
+
+- ``records_per_s``: records through the gateway, from "go" until the gateway's file
+  exporter has sent every log record (its own metric), over wall time;
+- ``loss``: expected record keys missing from the gateway's ``logs*.jsonl`` after the
+  graceful stop (must be 0), and ``duplicates`` (at least once: allowed, removable by key);
+- ``ns_per_record``: CPU time (user + system) of all four processes while they worked
+  (collectors from /proc, aggregators their own process time), per record, in total and
+  per tier. The question is whether it stays flat as ranks grow, not parallel speed.
+
+    python -m benchmarks.bench_scale [records per rank] [--quick]
+
+Needs the collector binary (``NVRX_OTEL_COLLECTOR_BIN`` or ``scripts/build-collector.sh``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from benchmarks.bench_aggregator import RANKS, prepare
+from nvrx_otel.spool.paths import job_dir, parse_name
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "collector-config"
+RANK_COUNTS = (8, 16, 32, 64, 128, 256, 512)
+QUICK_RANK_COUNTS = (8, 32)
+WORKERS = 2  # aggregator processes; with the agent and the gateway, 4 processes
+JOB = "bench"
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+_KEY = re.compile(rb'"nv\.nvrx\.record\.key","value":\{"stringValue":"([0-9a-f]{16}-\d+)"')
+
+
+# --- the aggregator worker (a subprocess) ----------------------------------------------------
+
+
+def _worker(endpoint: str, log_root: str, roots: list[str]) -> None:
+    """Drain each node's spool (one after the other) to ``endpoint``; print the totals."""
+    from nvrx_otel.aggregator.service import Aggregator, AggregatorConfig
+
+    print("ready", flush=True)
+    sys.stdin.readline()  # "go"
+    start = time.process_time()
+    written = exported = 0
+    for root in roots:
+        node = Path(root).name
+        aggregator = Aggregator(
+            AggregatorConfig(
+                log_dir=Path(log_root) / node,
+                spool_root=Path(root),
+                job_id=JOB,
+                node_id=node,
+                status_interval=0,
+                drain_timeout=3600,
+                nice=0,
+                otlp_endpoint=endpoint,
+            )
+        )
+        aggregator.open()
+        aggregator.request_stop("benchmark")  # no writer is alive: drain all, then stop
+        code = aggregator.run()
+        assert code == 0, f"aggregator of {node} exited with {code}"
+        written += aggregator.health.written
+        assert aggregator._otlp is not None
+        exported += aggregator._otlp.exported["logs"]
+        shutil.rmtree(Path(log_root) / node)  # the node log: not what is measured here
+    cpu = time.process_time() - start
+    print(json.dumps({"written": written, "exported": exported, "cpu_s": cpu}), flush=True)
+
+
+# --- collectors --------------------------------------------------------------------------------
+
+
+def _collector_bin() -> str:
+    found = os.environ.get("NVRX_OTEL_COLLECTOR_BIN", "").strip()
+    if found:
+        return found
+    proc = subprocess.run(
+        [str(ROOT / "scripts" / "build-collector.sh")], capture_output=True, text=True, check=True
+    )
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class _Collector:
+    def __init__(self, binary: str, configs: list[str], environ: dict[str, str], health: int):
+        self.health = health
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen(
+            [binary, *(f"--config=file:{CONFIGS / c}" for c in configs)],
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "NVRX_OTEL_COLLECTOR_LOG_LEVEL": "warn", **environ},
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"collector did not start:\n{self.tail()}")
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(f"http://127.0.0.1:{health}/", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.05)
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * TICK_S  # utime + stime
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+    def tail(self) -> str:
+        self.log.seek(0)
+        return "\n".join(self.log.read().decode(errors="replace").splitlines()[-20:])
+
+
+def _metric(port: int, prefix: str) -> float:
+    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix)
+    )
+
+
+# --- one size ----------------------------------------------------------------------------------
+
+
+def _make_nodes(template: Path, base: Path, nodes: int) -> list[Path]:
+    """``nodes`` spool roots, each a copy of the 8-rank template with writer ids of its own."""
+    roots = []
+    for n in range(nodes):
+        root = base / f"node-{n:04d}"
+        directory = job_dir(root, JOB)
+        directory.mkdir(parents=True, mode=0o700)
+        for path in sorted(template.iterdir()):
+            name = parse_name(path.name)
+            assert name is not None
+            writer = f"{n + 1:08x}{name.writer[8:]}"  # template writers are 1..8: unique
+            data = path.read_bytes()
+            data = data.replace(f'"w":"{name.writer}"'.encode(), f'"w":"{writer}"'.encode())
+            data = data.replace(f'"key":"{name.writer}-'.encode(), f'"key":"{writer}-'.encode())
+            new_name = path.name.replace(name.writer, writer)
+            (directory / new_name).write_bytes(data)
+        roots.append(root)
+    return roots
+
+
+def _one_size(binary: str, tmp: Path, template: Path, ranks: int, per_rank: int) -> dict[str, Any]:
+    nodes = ranks // RANKS
+    total = ranks * per_rank
+    base = tmp / f"ranks-{ranks}"
+    roots = _make_nodes(template, base / "spool", nodes)
+    gw = dict(zip(("grpc", "http", "health", "metrics"), _free_ports(4), strict=True))
+    ag = dict(zip(("grpc", "http", "health", "metrics"), _free_ports(4), strict=True))
+    out = base / "out"
+    gateway = agent = None
+    workers: list[subprocess.Popen[str]] = []
+    errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed below) the workers' stderr
+    try:
+        gateway = _Collector(
+            binary,
+            ["gateway.yaml"],
+            {
+                "NVRX_OTEL_GATEWAY_GRPC_ENDPOINT": f"127.0.0.1:{gw['grpc']}",
+                "NVRX_OTEL_GATEWAY_HTTP_ENDPOINT": f"127.0.0.1:{gw['http']}",
+                "NVRX_OTEL_GATEWAY_HEALTH_ENDPOINT": f"127.0.0.1:{gw['health']}",
+                "NVRX_OTEL_GATEWAY_METRICS_PORT": str(gw["metrics"]),
+                "NVRX_OTEL_GATEWAY_OUTPUT_DIR": str(out),
+            },
+            gw["health"],
+        )
+        agent = _Collector(
+            binary,
+            ["agent.yaml"],
+            {
+                "NVRX_OTEL_AGENT_GRPC_ENDPOINT": f"127.0.0.1:{ag['grpc']}",
+                "NVRX_OTEL_AGENT_HTTP_ENDPOINT": f"127.0.0.1:{ag['http']}",
+                "NVRX_OTEL_AGENT_HEALTH_ENDPOINT": f"127.0.0.1:{ag['health']}",
+                "NVRX_OTEL_AGENT_METRICS_PORT": str(ag["metrics"]),
+                "NVRX_OTEL_AGENT_STORAGE_DIR": str(base / "agent-storage"),
+                "NVRX_OTEL_GATEWAY_ENDPOINT": f"127.0.0.1:{gw['grpc']}",
+            },
+            ag["health"],
+        )
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "NVRX_"))}
+        environ["PYTHONPATH"] = str(ROOT)
+        for w in range(WORKERS):
+            share = [str(r) for r in roots[w::WORKERS]]
+            workers.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "benchmarks.bench_scale",
+                        "--worker",
+                        f"http://127.0.0.1:{ag['http']}",
+                        str(base / "logs"),
+                        *share,
+                    ],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=errors,
+                    text=True,
+                    env=environ,
+                    cwd=ROOT,
+                )
+            )
+        for p in workers:
+            assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        agent_cpu0, gateway_cpu0 = agent.cpu_s(), gateway.cpu_s()
+        start = time.perf_counter()
+        for p in workers:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        sent = "otelcol_exporter_sent_log_records"
+        while _metric(gw["metrics"], sent) < total:
+            if any(p.poll() not in (None, 0) for p in workers):
+                errors.seek(0)
+                raise RuntimeError(f"an aggregator worker failed:\n{errors.read().decode()}")
+            time.sleep(0.05)
+        seconds = time.perf_counter() - start
+        agent_cpu, gateway_cpu = agent.cpu_s() - agent_cpu0, gateway.cpu_s() - gateway_cpu0
+        results = []
+        for p in workers:
+            stdout, _ = p.communicate(timeout=600)
+            if p.returncode != 0:
+                errors.seek(0)
+                raise RuntimeError(f"an aggregator worker failed:\n{errors.read().decode()}")
+            results.append(json.loads(stdout.strip().splitlines()[-1]))
+        while _metric(ag["metrics"], "otelcol_exporter_queue_size{") > 0:
+            time.sleep(0.05)
+    finally:
+        for p in workers:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for c in (agent, gateway):
+            if c is not None:
+                c.stop()
+        errors.close()
+    keys: dict[bytes, int] = {}
+    for path in out.glob("logs*.jsonl"):
+        for key in _KEY.findall(path.read_bytes()):
+            keys[key] = keys.get(key, 0) + 1
+    writers = {f"{n + 1:08x}{r + 1:08x}".encode() for n in range(nodes) for r in range(RANKS)}
+    unexpected = 0
+    for key in keys:
+        writer, seq = key.split(b"-")
+        unexpected += writer not in writers or int(seq) >= per_rank
+    loss = total - (len(keys) - unexpected)  # every found key is distinct and expected
+    aggregator_cpu = sum(r["cpu_s"] for r in results)
+    cpu = aggregator_cpu + agent_cpu + gateway_cpu
+    shutil.rmtree(base)
+    return {
+        "ranks": ranks,
+        "nodes": nodes,
+        "records": total,
+        "seconds": round(seconds, 2),
+        "records_per_s": round(total / seconds),
+        "loss": loss,
+        "unexpected": unexpected,
+        "duplicates": sum(keys.values()) - len(keys),
+        "exported_by_aggregators": sum(r["exported"] for r in results),
+        "ns_per_record": round(cpu / total * 1e9),
+        "ns_per_record_aggregators": round(aggregator_cpu / total * 1e9),
+        "ns_per_record_agent": round(agent_cpu / total * 1e9),
+        "ns_per_record_gateway": round(gateway_cpu / total * 1e9),
+    }
+
+
+def run(
+    records_per_rank: int = 4_000, rank_counts: tuple[int, ...] = RANK_COUNTS
+) -> dict[str, Any]:
+    """Every size in ``rank_counts`` (multiples of 8), ``records_per_rank`` records each."""
+    binary = _collector_bin()
+    sizes = {}
+    with tempfile.TemporaryDirectory(prefix="nvrx-bench-scale-") as tmp_name:
+        tmp = Path(tmp_name)
+        template = tmp / "template"
+        prepare(template, records_per_rank)
+        for ranks in rank_counts:
+            sizes[f"ranks_{ranks}"] = _one_size(binary, tmp, template, ranks, records_per_rank)
+    per_record = [s["ns_per_record"] for s in sizes.values()]
+    return {
+        **sizes,
+        "summary": {
+            "processes": WORKERS + 2,
+            "records_per_rank": records_per_rank,
+            "total_loss": sum(s["loss"] for s in sizes.values()),
+            "ns_per_record_largest/smallest": round(per_record[-1] / per_record[0], 3),
+        },
+    }
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        _worker(sys.argv[2], sys.argv[3], sys.argv[4:])
+    else:
+        args = [a for a in sys.argv[1:] if a != "--quick"]
+        quick = "--quick" in sys.argv[1:]
+        n = int(args[0]) if args else (500 if quick else 4_000)
+        print(json.dumps(run(n, QUICK_RANK_COUNTS if quick else RANK_COUNTS), indent=2))

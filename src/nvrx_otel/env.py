@@ -67,6 +67,11 @@ NVRX_OTEL_STATUS_INTERVAL_S: Final = "NVRX_OTEL_STATUS_INTERVAL_S"
 drops, corrupt records). 0 turns them off; the final summary is always written.
 Default: 60."""
 
+NVRX_OTEL_SPOOL_SPANS: Final = "NVRX_OTEL_SPOOL_SPANS"
+"""``0``/``false``: with a spool configured, spans still go over OTLP (the SDK path with
+``OTEL_TRACES_EXPORTER``) instead of into the spool, for the collector's filelog agent
+mode, which reads only logs from the spool files. Default: true (spans are spooled)."""
+
 NVRX_OTEL_SPOOL_BUDGET_MB: Final = "NVRX_OTEL_SPOOL_BUDGET_MB"
 """Spool bytes (MB) one process may hold unconsumed before new records are dropped and
 counted. Default: NVRX_LOG_MAX_LOG_FILES x NVRX_LOG_MAX_FILE_SIZE_KB (40 MB)."""

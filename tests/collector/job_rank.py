@@ -4,9 +4,8 @@
 
 MODE ``aggregator``: ``setup_tracing()`` puts the spans into the spool beside the logs (the
 node's aggregator exports both). MODE ``filelog``: the logs go to the spool (the agent
-tails it) and the spans to the agent over OTLP/HTTP through the OpenTelemetry SDK
-(``OTEL_EXPORTER_OTLP_ENDPOINT``), installed globally so that the helpers use it:
-``setup_tracing()`` writes spans into the spool whenever a spool is configured.
+tails it) and, with ``NVRX_OTEL_SPOOL_SPANS=0``, ``setup_tracing()`` sends the spans to
+the agent over OTLP/HTTP (``OTEL_EXPORTER_OTLP_ENDPOINT``) through the SDK path.
 
 Two restart cycles, each a cycle span holding RECORDS // 2 "step" records and a checkpoint
 span holding one "checkpoint" record: RECORDS + 2 records and 4 spans per rank. With GATE
@@ -29,20 +28,9 @@ mode = sys.argv[2]
 gate = Path(sys.argv[3]) if len(sys.argv) > 3 else None
 rank = os.environ["RANK"]
 log = setup_logger()
-sdk_provider = None
 if mode == "filelog":
-    from opentelemetry import trace
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    from nvrx_otel.identity import get_identity
-
-    sdk_provider = TracerProvider(resource=get_identity().resource())
-    sdk_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    trace.set_tracer_provider(sdk_provider)
-else:
-    setup_tracing()
+    os.environ["NVRX_OTEL_SPOOL_SPANS"] = "0"  # spans over OTLP; the agent tails only logs
+provider = setup_tracing()
 
 half = records // 2
 for cycle, steps in enumerate((range(half), range(half, records))):
@@ -55,6 +43,5 @@ for cycle, steps in enumerate((range(half), range(half, records))):
         print("half", flush=True)
         while not gate.exists():
             time.sleep(0.05)
-if sdk_provider is not None:
-    sdk_provider.shutdown()  # exports the spans still in the batch processor
+provider.force_flush()  # type: ignore[attr-defined]  # spans still in a batch processor
 print("done", flush=True)

@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import time
+from pathlib import Path
 
 import pytest
 from opentelemetry import trace
@@ -151,3 +152,28 @@ def test_sdk_path_in_fork_and_multiprocessing_children() -> None:
         "fork": [pids["fork"]],
         "multiprocessing": [pids["mp"]],
     }
+
+
+def test_spool_spans_off_sends_spans_to_exporters_while_logs_still_spool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NVRX_OTEL_SPOOL_SPANS=0 (the collector's filelog agent mode): spans go over the SDK
+    path although a spool is configured; log records still spool, with the span's ids."""
+    from nvrx_otel.logging import setup_logger
+    from tests.conftest import log_records, read_spool
+
+    monkeypatch.setenv("NVRX_NODE_LOCAL_TMPDIR", str(tmp_path))
+    monkeypatch.setenv("NVRX_OTEL_SPOOL_SPANS", "0")
+    exporter = InMemorySpanExporter()
+    provider = setup_tracing(exporters=[exporter])
+    assert provider.mode == "sdk"  # type: ignore[attr-defined]
+    log = setup_logger()
+    with ft_span("cycle", cycle=1) as cycle:
+        log.info("inside")
+    assert provider.force_flush()
+    (span,) = exporter.get_finished_spans()
+    assert span.context is not None
+    assert span.context.span_id == cycle.get_span_context().span_id
+    (record,) = log_records(tmp_path)
+    assert record["span_id"] == format(span.context.span_id, "016x")
+    assert not [r for r in read_spool(tmp_path) if r["k"].startswith("span")]

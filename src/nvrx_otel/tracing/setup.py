@@ -88,6 +88,8 @@ def _backend(
         if spool_dir is not None
         else os.environ.get(env.NVRX_NODE_LOCAL_TMPDIR)
     )
+    if spool_dir is None and not env.read(env.NVRX_OTEL_SPOOL_SPANS, env.parse_flag, True):
+        root = None  # the filelog agent reads logs from the spool; spans go over OTLP
     writer = _writer(root, proc) if root else None
     if writer is not None:
         sink = None if nothing else SpanSink(writer, Limits.from_env())

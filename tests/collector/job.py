@@ -91,6 +91,7 @@ class Job:
         tmp: Path,
         *,
         filelog: bool = False,
+        grpc: bool = False,
         nodes: int = 2,
         ranks_per_node: int = 4,
         records: int = 100,
@@ -98,6 +99,7 @@ class Job:
         self.make_collector = make_collector
         self.tmp = tmp
         self.filelog = filelog
+        self.grpc = grpc  # aggregators export OTLP/gRPC to the agent instead of OTLP/HTTP
         self.ranks_per_node = ranks_per_node
         self.records = records
         self.out = tmp / "out"
@@ -156,8 +158,9 @@ class Job:
                          "--log-dir", str(self.tmp / node.name / "logs"),
                          "--wait-file", str(self.tmp / node.name / "wait"),
                          "--check-interval", "0.1", "--drain-timeout", "60",
-                         "--otlp-endpoint", node.endpoint],
-                        env=self.node_env(node),
+                         "--otlp-endpoint",
+                         f"http://127.0.0.1:{node.ports.grpc}" if self.grpc else node.endpoint],
+                        env=self.node_env(node, **self._protocol()),
                         stdout=subprocess.DEVNULL,
                         stderr=err,
                     )  # fmt: skip
@@ -172,6 +175,9 @@ class Job:
         return self
 
     # --- processes ---------------------------------------------------------------------
+
+    def _protocol(self) -> dict[str, str]:
+        return {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"} if self.grpc else {}
 
     def node_env(self, node: Node, **extra: str) -> dict[str, str]:
         return base_env(

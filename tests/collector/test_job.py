@@ -37,10 +37,24 @@ def test_two_node_job_through_aggregators_and_agents(
 
 
 @pytest.mark.collector
+def test_two_node_job_through_aggregators_over_grpc(
+    make_collector: MakeCollector, tmp_path: Path
+) -> None:
+    """The same job with the aggregators speaking OTLP/gRPC (the ``grpc`` extra)."""
+    job = Job(make_collector, tmp_path, grpc=True).start()
+    job.start_ranks()
+    job.finish_ranks()
+    job.stop()
+    found = job.check_output()
+    assert found["records"] == job.expected_records() == 816
+    assert found["spans"] == 32
+
+
+@pytest.mark.collector
 def test_two_node_job_through_filelog_agents(make_collector: MakeCollector, tmp_path: Path) -> None:
     """agent-filelog.yaml: the agents tail the ranks' spools (no aggregator); the spans go
-    from the ranks to their node's agent over OTLP (the SDK, not ``setup_tracing()``,
-    which writes spans into the spool whenever a spool is configured)."""
+    from the ranks to their node's agent over OTLP (``setup_tracing()`` with
+    ``NVRX_OTEL_SPOOL_SPANS=0``)."""
     job = Job(make_collector, tmp_path, filelog=True).start()
     job.start_ranks()
     job.finish_ranks()

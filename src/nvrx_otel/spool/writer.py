@@ -25,6 +25,7 @@ from nvrx_otel.identity import get_identity
 from nvrx_otel.semconv import DropReasonValues
 from nvrx_otel.spool.paths import SpoolFileName, SpoolPathError, check_dir, job_dir
 
+_dumps = orjson.dumps
 DEFAULT_MAX_FILE_SIZE: Final = 10240 * 1024
 DEFAULT_MAX_FILES: Final = 4
 _RECHECK_NS: Final = 50_000_000  # while dropping, look for freed space at most every 50 ms
@@ -122,8 +123,12 @@ class SpoolWriter:
         record["v"] = rec.SCHEMA_VERSION
         record["seq"] = seq
         record["key"] = f"{self.writer_id}-{seq}"
-        record.update(self.identity_fields)
-        self.write_line(rec.encode(record), record.get("ts", 0))
+        try:
+            body = _dumps(record)
+        except (TypeError, orjson.JSONEncodeError):
+            body = rec.encode(record)[:-1]
+        # The identity fields are spliced on as bytes, not merged into the dict.
+        self.write_line(body[:-1] + self.identity_suffix, record.get("ts", 0))
 
     def next_seq(self) -> int:
         """Reserve a sequence number (for front ends that build whole lines themselves)."""

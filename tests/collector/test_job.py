@@ -24,38 +24,25 @@ OUTAGE_S = 10.0
 
 
 @pytest.mark.collector
-def test_two_node_job_through_aggregators_and_agents(
-    make_collector: MakeCollector, tmp_path: Path
-) -> None:
-    job = Job(make_collector, tmp_path).start()
-    job.start_ranks()
-    job.finish_ranks()
-    job.stop()
-    found = job.check_output()
-    assert found["records"] == job.expected_records() == 816
-    assert found["spans"] == 32
-
-
-@pytest.mark.collector
-def test_two_node_job_through_aggregators_over_grpc(
-    make_collector: MakeCollector, tmp_path: Path
-) -> None:
-    """The same job with the aggregators speaking OTLP/gRPC (the ``grpc`` extra)."""
-    job = Job(make_collector, tmp_path, grpc=True).start()
-    job.start_ranks()
-    job.finish_ranks()
-    job.stop()
-    found = job.check_output()
-    assert found["records"] == job.expected_records() == 816
-    assert found["spans"] == 32
-
-
-@pytest.mark.collector
-def test_two_node_job_through_filelog_agents(make_collector: MakeCollector, tmp_path: Path) -> None:
-    """agent-filelog.yaml: the agents tail the ranks' spools (no aggregator); the spans go
-    from the ranks to their node's agent over OTLP (``setup_tracing()`` with
-    ``NVRX_OTEL_SPOOL_SPANS=0``)."""
-    job = Job(make_collector, tmp_path, filelog=True).start()
+@pytest.mark.parametrize(
+    "mode",
+    [
+        # one aggregator per node exporting OTLP/HTTP to its node's agent
+        "aggregators",
+        # the same with the aggregators speaking OTLP/gRPC (the grpc extra)
+        "aggregators_grpc",
+        # agent-filelog.yaml: the agents tail the spools (no aggregator); the ranks send
+        # spans to their node's agent over OTLP (setup_tracing with NVRX_OTEL_SPOOL_SPANS=0)
+        "filelog_agents",
+    ],
+)
+def test_two_node_job(make_collector: MakeCollector, tmp_path: Path, mode: str) -> None:
+    job = Job(
+        make_collector,
+        tmp_path,
+        grpc=mode == "aggregators_grpc",
+        filelog=mode == "filelog_agents",
+    ).start()
     job.start_ranks()
     job.finish_ranks()
     job.stop()

@@ -7,6 +7,7 @@ an OTLP endpoint) and the scale-out overlay (load balancing over two gateways).
 from __future__ import annotations
 
 import os
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -237,7 +238,8 @@ def test_gateway_backend_overlay_copies_to_the_backend(
 def test_scaleout_keeps_traces_and_resources_on_one_gateway(
     make_collector: MakeCollector, tmp_path: Path
 ) -> None:
-    """agent-scaleout.yaml: spans go by trace id, logs by resource, each exactly once."""
+    """agent-scaleout.yaml: spans go by trace id, logs by resource, each exactly once, also
+    when a gateway starts after the agent."""
     *gw_ports, ag_ports = Ports.pick(3)
     outs = [tmp_path / "out0", tmp_path / "out1"]
     gateways = [
@@ -260,23 +262,30 @@ def test_scaleout_keeps_traces_and_resources_on_one_gateway(
             {"trace_id": tid, "span_id": rng(8).hex(), "name": "s", "start": T0, "end": T0 + 1}
             for _ in range(2)
         ]
-    with running(*gateways, agent):
+
+    def total() -> tuple[int, int]:
+        return sum(len(spans(o)) for o in outs), sum(len(logs(o)) for o in outs)
+
+    # The second gateway comes up only after the agent has tried to send it its share (as on
+    # a cluster where agents start first): that share waits for it, and the first gateway's
+    # share is not sent again meanwhile.
+    with running(gateways[0], agent):
         post(ag_ports.http, "/v1/traces", span_request({semconv.SERVICE_NAME: "t"}, items))
         for r in range(n_resources):
             records = [{"ts": T0 + i, "msg": f"r{r}-{i}", "key": f"w{r}-{i}"} for i in range(3)]
             resource = {semconv.SERVICE_NAME: "t", semconv.SERVICE_INSTANCE_ID: f"proc-{r}"}
             post(ag_ports.http, "/v1/logs", log_request(resource, records))
-
-        def total() -> tuple[int, int]:
-            return sum(len(spans(o)) for o in outs), sum(len(logs(o)) for o in outs)
-
-        wait_until(
-            lambda: total() == (2 * n_traces, 3 * n_resources),
-            "every span and log record in one of the gateways",
-            on_fail=lambda: (
-                f"(spans, logs) = {total()}\n" + "\n".join(c.log_tail() for c in (*gateways, agent))
-            ),
-        )
+        time.sleep(1.5)  # past the agent's 200 ms batch timeout and its first connect attempt
+        with running(gateways[1]):
+            wait_until(
+                lambda: total() == (2 * n_traces, 3 * n_resources),
+                "every span and log record in one of the gateways",
+                on_fail=lambda: (
+                    f"(spans, logs) = {total()}\n"
+                    + "\n".join(c.log_tail() for c in (*gateways, agent))
+                ),
+            )
+            time.sleep(1.0)  # a second copy, were one on its way, would land now
     trace_home: dict[str, set[int]] = defaultdict(set)
     resource_home: dict[str, set[int]] = defaultdict(set)
     for i, o in enumerate(outs):

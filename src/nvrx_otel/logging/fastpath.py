@@ -20,7 +20,8 @@ import sys
 import threading
 import time
 import traceback
-from types import FrameType
+from collections.abc import Callable
+from types import CodeType, FrameType
 from typing import Any
 
 import orjson
@@ -30,24 +31,16 @@ from nvrx_otel import record as rec
 from nvrx_otel.logging.handler import SpoolHandler, add_exception, format_message, report_error
 
 _SRCFILE = os.path.normcase(logging.addLevelName.__code__.co_filename)
-_NEWLINE = orjson.OPT_APPEND_NEWLINE
-_DEBUG, _INFO, _WARNING, _ERROR, _CRITICAL = 10, 20, 30, 40, 50
 _SEV = {lv: rec.severity_of(lv) for lv in (10, 20, 30, 40, 50)}
 _dumps = orjson.dumps
 _time_ns = time.time_ns
 _get_ident = threading.get_ident
 _current_span = _tracectx.current_span
+_context = None if _tracectx.CONTEXT_VAR is None else _tracectx.CONTEXT_VAR.get
+_KEY = _tracectx.SPAN_KEY
 _thread = threading.local()
 _getframe = sys._getframe
-
-
-def _thread_name() -> str:
-    """The current thread's name, looked up once per thread."""
-    try:
-        name: str = _thread.name
-    except AttributeError:
-        name = _thread.name = threading.current_thread().name
-    return name
+_write = os.write
 
 
 def _caller(depth: int, stacklevel: int) -> FrameType:
@@ -78,15 +71,52 @@ def _stack_text(frame: FrameType) -> str:
     return out.getvalue().rstrip("\n")
 
 
+# A plain call's line is one bytes formatting of a per-level template (level head, writer
+# id and identity filled in) with the time, message, call site, thread, seq and trace ids;
+# all but the time, the message and the seq are cached as ready bytes.
+_TEMPLATE = b'"ts":%%d,"msg":%%b,%%b%%b"seq":%%d,"key":"%b-%%d"'
+_MAX_SITES = 4096  # call sites cached per logger; beyond, the cache starts over
+
+
+def _fields(fields: dict[str, Any]) -> bytes:
+    """``fields`` as the inside of a JSON object followed by a comma (never raises)."""
+    return rec.encode(fields)[1:-2] + b","
+
+
+def _thread_fields() -> bytes:
+    """The current thread's ``tid``/``tn`` fields, encoded once per thread."""
+    name = threading.current_thread().name
+    frag: bytes = _fields({"tid": _get_ident(), "tn": name})
+    _thread.frag = frag
+    return frag
+
+
 class _Fast:
     """Per-logger fast-path state (a plain object: attribute lookups stay cheap)."""
 
-    __slots__ = ("handler", "logger", "prefixes")
+    __slots__ = (
+        "handler",
+        "key_head",
+        "last_span",
+        "logger",
+        "only",
+        "prefixes",
+        "sites",
+        "templates",
+    )
 
-    def __init__(self, logger: logging.Logger, handler: SpoolHandler) -> None:
+    def __init__(self, logger: logging.Logger, handler: SpoolHandler | None) -> None:
         self.logger = logger
-        self.handler = handler
+        self.handler: SpoolHandler = handler or _NO_HANDLER
+        # The logger's handlers while the lean path may run (never, without a handler).
+        self.only: list[logging.Handler] | None = [handler] if handler is not None else None
         self.prefixes: dict[int, bytes] = {}
+        self.templates: dict[int, bytes] = {}
+        self.key_head = b""  # the writer id the templates were made for (a fork changes it)
+        self.sites: dict[CodeType, dict[int, bytes]] = {}  # code -> instruction offset -> fields
+        # The last span seen and its encoded ids (a span's ids never change; holding it
+        # keeps its identity from being reused by another object).
+        self.last_span: tuple[object, bytes] = (None, b"")
 
     def prefix(self, level: int) -> bytes:
         """The constant head of every line of this logger at ``level``."""
@@ -99,8 +129,48 @@ class _Fast:
                 "lvl": logging.getLevelName(level),
                 "lg": self.logger.name,
             }
-            head = self.prefixes[level] = _dumps(fields)[:-1] + b","
+            head = self.prefixes[level] = b"{" + _fields(fields)
         return head
+
+    def reset_templates(self) -> dict[int, bytes]:
+        """Forget the templates: the handler's writer changed (a fork makes a new one)."""
+        self.templates = {}
+        self.key_head = self.handler.writer.key_head
+        return self.templates
+
+    def template(self, key: int) -> bytes:
+        """The line template for level ``abs(key)``; for a negative ``key`` with a last
+        ``%b`` for the trace ids."""
+        w = self.handler.writer
+        template = self.templates[key] = (
+            self.prefix(abs(key)).replace(b"%", b"%%")
+            + _TEMPLATE % w.key_head
+            + (b"%b" if key < 0 else b"")
+            + w.identity_suffix.replace(b"%", b"%%")
+        )
+        return template
+
+    def site(self, code: CodeType, offset: int, lineno: int) -> bytes:
+        """The ``path``/``line``/``fn`` fields of the call at ``offset`` in ``code``, encoded
+        once (``lineno`` is the line of that instruction)."""
+        if len(self.sites) >= _MAX_SITES:
+            self.sites = {}
+        encoded = _fields({"path": code.co_filename, "line": lineno, "fn": code.co_name})
+        self.sites.setdefault(code, {})[offset] = encoded
+        return encoded
+
+    def trace(self, span: Any) -> bytes:
+        """The ``trace_id``/``span_id``/``tf`` fields of ``span`` (empty if not valid)."""
+        ctx = span.get_span_context()
+        encoded = b""
+        if ctx.is_valid:
+            encoded = b',"trace_id":"%032x","span_id":"%016x","tf":%d' % (
+                ctx.trace_id,
+                ctx.span_id,
+                int(ctx.trace_flags),
+            )
+        self.last_span = (span, encoded)
+        return encoded
 
     def full(
         self, level: int, msg: object, args: Any, frame: FrameType, kwargs: dict[str, Any]
@@ -123,75 +193,144 @@ class _Fast:
         )
         logger.handle(record)
 
-    def emit(self, level: int, msg: object, args: Any, kwargs: dict[str, Any]) -> None:
-        # Hot path: the helpers (_caller, _thread_name) are inlined for their common case;
-        # each saved call is ~3% of the whole log call.
+    def emit(
+        self, level: int, msg: object, args: Any, kwargs: dict[str, Any], frame: FrameType
+    ) -> None:
+        """Any call the plain path of the level methods does not take: ``log()``, keyword
+        arguments, messages that need ``format_message`` or odd values."""
+        logger = self.logger
+        handler = self.handler
+        if (
+            logger.propagate
+            or logger.filters
+            or logger.handlers != self.only
+            or handler.filters
+            or level < handler.level
+            or kwargs.get("stack_info")
+        ):
+            self.full(level, msg, args, frame, kwargs)
+            return
+        code = frame.f_code
+        w = handler.writer
+        seq = next(w._seq)
+        ts = _time_ns()
+        record: dict[str, Any] = {
+            "ts": ts,
+            "msg": format_message(msg, args),
+            "path": code.co_filename,
+            "line": frame.f_lineno,
+            "fn": code.co_name,
+            "tid": _get_ident(),
+            "tn": threading.current_thread().name,
+            "seq": seq,
+            "key": f"{w.writer_id}-{seq}",
+        }
+        _tracectx.add_ids(record)
+        exc_info = kwargs.get("exc_info")
+        if exc_info:
+            add_exception(record, _exc_tuple(exc_info))
+        extra = kwargs.get("extra")
+        if extra:
+            record["attrs"] = dict(extra)
+        line = self.prefix(level) + rec.encode(record)[1:-2] + w.identity_suffix
+        w.write_line(line, ts)
+
+
+def _level_method(level: int) -> Callable[..., None]:
+    """``debug``/``info``/... for ``level``: the level check as ``isEnabledFor`` does it,
+    then, for a plain call (no keyword arguments) of a logger as ``setup_logger`` left it,
+    the line built from cached bytes and written, all inline (each call saved is ~3% of a
+    log call); anything else goes to ``_Fast.emit``."""
+
+    def method(self: FastLogger, msg: object, *args: Any, **kwargs: Any) -> None:
+        try:
+            on = self._cache[level]  # type: ignore[attr-defined]
+        except KeyError:
+            on = self.isEnabledFor(level)
+        if not on or self.disabled:
+            return
+        fast = self._nvrx_fast
         try:
             if kwargs:
-                frame = _caller(3, kwargs.get("stacklevel", 1))
-            else:
-                frame = _getframe(2)  # emit <- the logger method <- its caller
-                if frame.f_code.co_filename == _SRCFILE:  # via LoggerAdapter and the like
-                    frame = _caller(3, 1)
-            handler = self.handler
-            logger = self.logger
-            handlers = logger.handlers
+                fast.emit(level, msg, args, kwargs, _caller(2, kwargs.get("stacklevel", 1)))
+                return
+            # The caller (LoggerAdapter and other stdlib callers go through log()).
+            frame = _getframe(1)
+            code = frame.f_code
+            handler = fast.handler
             if (
-                logger.propagate
-                or logger.filters
-                or len(handlers) != 1
-                or handlers[0] is not handler
+                self.propagate
+                or self.filters
+                or self.handlers != fast.only
                 or handler.filters
                 or level < handler.level
-                or (kwargs and kwargs.get("stack_info"))
             ):
-                self.full(level, msg, args, frame, kwargs)
+                fast.full(level, msg, args, frame, kwargs)
                 return
-            code = frame.f_code
             try:
-                text = (msg % args if args else msg) if msg.__class__ is str else str(msg)
-            except Exception:
-                text = format_message(msg, args)
+                message = _dumps(
+                    (msg % args if args else msg) if msg.__class__ is str else str(msg)
+                )
+            except Exception:  # bad format arguments, a mapping argument, lone surrogates
+                fast.emit(level, msg, args, kwargs, frame)
+                return
+            # Keyed by the call's instruction offset: f_lineno walks the line table from the
+            # function's start, which in a long training loop costs more than the whole call.
+            offset = frame.f_lasti
+            sites = fast.sites.get(code)
+            site = sites.get(offset) if sites is not None else None
+            if site is None:
+                site = fast.site(code, offset, frame.f_lineno)
             try:
-                thread_name = _thread.name
+                thread = _thread.frag
             except AttributeError:
-                thread_name = _thread_name()
+                thread = _thread_fields()
+            span = _current_span() if _context is None else _context().get(_KEY)
+            trace = b""
+            if span is not None:
+                last = fast.last_span
+                trace = last[1] if last[0] is span else fast.trace(span)
             w = handler.writer
+            templates = fast.templates if fast.key_head is w.key_head else fast.reset_templates()
             seq = next(w._seq)
             ts = _time_ns()
-            record: dict[str, Any] = {
-                "ts": ts,
-                "msg": text,
-                "path": code.co_filename,
-                "line": frame.f_lineno,
-                "fn": code.co_name,
-                "tid": _get_ident(),
-                "tn": thread_name,
-                "seq": seq,
-                "key": f"{w.writer_id}-{seq}",
-            }
-            span = _current_span()
-            if span is not None:
-                ctx = span.get_span_context()
-                if ctx.is_valid:
-                    record["trace_id"] = format(ctx.trace_id, "032x")
-                    record["span_id"] = format(ctx.span_id, "016x")
-                    record["tf"] = int(ctx.trace_flags)
-            if kwargs:
-                exc_info = kwargs.get("exc_info")
-                if exc_info:
-                    add_exception(record, _exc_tuple(exc_info))
-                extra = kwargs.get("extra")
-                if extra:
-                    record["attrs"] = dict(extra)
+            if trace:
+                template = templates.get(-level) or fast.template(-level)
+                line = template % (ts, message, site, thread, seq, seq, trace)
+            else:
+                template = templates.get(level) or fast.template(level)
+                line = template % (ts, message, site, thread, seq, seq)
+            # SpoolWriter.write_line's lock-free case, inline; the writer does the rest.
+            n = len(line)
+            if w._size + n > w._limit:
+                w.write_line(line, ts)
+                return
+            fd = w._fd
             try:
-                body = _dumps(record)
-            except (TypeError, orjson.JSONEncodeError):
-                body = rec.encode(record)[:-1]
-            line = (self.prefixes.get(level) or self.prefix(level)) + body[1:-1] + w.identity_suffix
-            w.write_line(line, ts)
+                written = _write(fd, line)
+            except OSError as exc:
+                w.write_failed(exc, ts)
+                return
+            if written == n:
+                w._size += n
+            else:
+                w.finish_short_write(fd, line, written, ts)
         except Exception as exc:
             report_error("cannot spool a log record", exc)
+
+    method.__name__ = method.__qualname__ = logging.getLevelName(level).lower()
+    return method
+
+
+class _NoHandler:
+    """Stands in for the spool handler while the lean path is off: ``only`` is None then,
+    so no call gets past the handler check to use it."""
+
+    filters: list[Any] = []  # noqa: RUF012  # never changed
+    level = logging.NOTSET
+
+
+_NO_HANDLER: Any = _NoHandler()
 
 
 class FastLogger(logging.Logger):
@@ -202,51 +341,36 @@ class FastLogger(logging.Logger):
     stdlib's even though the instance's class was switched.
     """
 
-    _nvrx_fast: _Fast
+    def __init__(self, name: str, level: int | str = logging.NOTSET) -> None:
+        super().__init__(name, level)
+        self._nvrx_fast = _Fast(self, None)  # set here: born with the class, reads stay fast
 
-    def debug(self, msg: object, *args: Any, **kwargs: Any) -> None:
-        try:
-            on = self._cache[_DEBUG]  # type: ignore[attr-defined]
-        except KeyError:
-            on = self.isEnabledFor(_DEBUG)
-        if on and not self.disabled:
-            self._nvrx_fast.emit(_DEBUG, msg, args, kwargs)
-
-    def info(self, msg: object, *args: Any, **kwargs: Any) -> None:
-        try:
-            on = self._cache[_INFO]  # type: ignore[attr-defined]
-        except KeyError:
-            on = self.isEnabledFor(_INFO)
-        if on and not self.disabled:
-            self._nvrx_fast.emit(_INFO, msg, args, kwargs)
-
-    def warning(self, msg: object, *args: Any, **kwargs: Any) -> None:
-        if self.isEnabledFor(_WARNING):
-            self._nvrx_fast.emit(_WARNING, msg, args, kwargs)
-
+    debug = _level_method(logging.DEBUG)
+    info = _level_method(logging.INFO)
+    warning = _level_method(logging.WARNING)
     warn = warning
-
-    def error(self, msg: object, *args: Any, **kwargs: Any) -> None:
-        if self.isEnabledFor(_ERROR):
-            self._nvrx_fast.emit(_ERROR, msg, args, kwargs)
+    error = _level_method(logging.ERROR)
+    critical = _level_method(logging.CRITICAL)
+    fatal = critical
 
     def exception(self, msg: object, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
-        if self.isEnabledFor(_ERROR):
+        if self.isEnabledFor(logging.ERROR):
             kwargs["exc_info"] = exc_info
-            self._nvrx_fast.emit(_ERROR, msg, args, kwargs)
-
-    def critical(self, msg: object, *args: Any, **kwargs: Any) -> None:
-        if self.isEnabledFor(_CRITICAL):
-            self._nvrx_fast.emit(_CRITICAL, msg, args, kwargs)
-
-    fatal = critical
+            self._emit(logging.ERROR, msg, args, kwargs)
 
     def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
         if not isinstance(level, int):  # stdlib raises into the caller here; we never do
             report_error("logger.log() level", TypeError(f"level must be an int: {level!r}"))  # type: ignore[unreachable]
             return
         if self.isEnabledFor(level):
-            self._nvrx_fast.emit(level, msg, args, kwargs)
+            self._emit(level, msg, args, kwargs)
+
+    def _emit(self, level: int, msg: object, args: Any, kwargs: dict[str, Any]) -> None:
+        try:
+            frame = _caller(3, kwargs.get("stacklevel", 1))  # _emit <- log() <- its caller
+            self._nvrx_fast.emit(level, msg, args, kwargs, frame)
+        except Exception as exc:
+            report_error("cannot spool a log record", exc)
 
 
 def get_fast_logger(name: str) -> logging.Logger:
@@ -270,19 +394,24 @@ def get_fast_logger(name: str) -> logging.Logger:
 def install(logger: logging.Logger, handler: SpoolHandler) -> bool:
     """Give ``logger`` the lean path while ``handler`` is its only handler.
 
-    Only a plain ``logging.Logger`` is switched (a custom logger class is left alone and
-    keeps the full path); returns whether the fast path is on.
+    A FastLogger only gets new state. A plain ``logging.Logger`` (one made before
+    ``setup_logger`` ran) is switched to FastLogger; a custom logger class is left alone
+    and keeps the full path. Returns whether the lean path is on.
     """
-    if type(logger) is not logging.Logger and type(logger) is not FastLogger:
+    if type(logger) is FastLogger:
+        logger._nvrx_fast = _Fast(logger, handler)
+        return True
+    if type(logger) is not logging.Logger:
         return False
+    # A class switch turns the instance's attribute storage into a plain dict, which
+    # CPython 3.11 cannot specialise attribute reads for (~5x slower): FastLoggers are
+    # born as such (get_fast_logger) and never switched back (see uninstall).
     logger._nvrx_fast = _Fast(logger, handler)  # type: ignore[attr-defined]
     logger.__class__ = FastLogger
     return True
 
 
 def uninstall(logger: logging.Logger) -> None:
-    """Return ``logger`` to the stdlib ``logging.Logger``."""
+    """Take the lean path away: the logger then runs stdlib's full path for every call."""
     if type(logger) is FastLogger:
-        plain: type[logging.Logger] = logging.Logger
-        logger.__class__ = plain  # type: ignore[assignment]
-        logger.__dict__.pop("_nvrx_fast", None)
+        logger._nvrx_fast = _Fast(logger, None)

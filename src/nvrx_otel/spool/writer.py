@@ -72,11 +72,15 @@ class SpoolWriter:
     def _start(self) -> None:
         ident = get_identity()
         self.writer_id = os.urandom(8).hex()
+        self.key_head = self.writer_id.encode()  # the records' keys are b"<key_head>-<seq>"
         self.pid = os.getpid()
         self._seq = itertools.count()
         self._fd = -1
         self._index = -1
         self._size = 0
+        # How large the current file may grow on the lock-free path: max_file_size, or -1
+        # while the slow path must run first (no file, drops to report, a torn line to end).
+        self._limit = -1
         self._files: list[tuple[str, int]] = []  # (name, bytes) of files this writer made
         self._retired: list[int] = []  # fds of older files, closed one rotation later
         self._need_newline = False
@@ -136,12 +140,12 @@ class SpoolWriter:
 
     def write_line(self, line: bytes, ts: int) -> None:
         """Append one encoded line; counts it as dropped if it cannot be written."""
-        full = self._fd < 0 or self._size + len(line) > self.max_file_size or self._dropped
-        if full and not self._make_room(len(line)):
+        if self._size + len(line) > self._limit and not self._make_room(len(line)):
             self._count_drop(ts, DropReasonValues.BUDGET.value if self._fd >= 0 else "")
             return
         fd = self._fd
-        if self._need_newline:
+        newline = self._need_newline
+        if newline:
             line = b"\n" + line
         try:
             n = os.write(fd, line)
@@ -151,8 +155,15 @@ class SpoolWriter:
         if n < len(line):
             self.finish_short_write(fd, line, n, ts)
             return
-        self._need_newline = False
         self._size += n
+        if newline:
+            self._need_newline = False
+            self._refresh_limit()
+
+    def _refresh_limit(self) -> None:
+        """Open the lock-free path when nothing needs the slow one (see ``_limit``)."""
+        ok = self._fd >= 0 and not self._dropped and not self._need_newline
+        self._limit = self.max_file_size if ok else -1
 
     def finish_short_write(self, fd: int, line: bytes, written: int, ts: int) -> None:
         """Complete a record after a short write (a regular file only does that when full)."""
@@ -165,6 +176,7 @@ class SpoolWriter:
             return
         self._need_newline = False
         self._size += written
+        self._refresh_limit()
 
     def write_failed(self, exc: OSError, ts: int, *, torn: bool = False) -> None:
         """Count a record that could not be written; a torn piece stays alone on its line.
@@ -172,6 +184,7 @@ class SpoolWriter:
         A torn piece is counted by the reader as one corrupt record, so it is not also
         counted here as dropped (each record is accounted for exactly once)."""
         self._need_newline = True
+        self._limit = -1
         if not torn:
             self._count_drop(ts, DropReasonValues.WRITE_ERROR.value)
         self._report_once(f"cannot write spool file in {self.directory}: {exc}")
@@ -184,21 +197,26 @@ class SpoolWriter:
         if now < self._next_try_ns:
             return False
         with self._lock:
-            if self._fd >= 0 and self._size + needed <= self.max_file_size and not self._dropped:
-                return True  # another thread made room
-            if self._fd >= 0 and self._size + needed <= self.max_file_size:
-                return self._flush_drops()
-            if not self._room_in_budget():
-                self._next_try_ns = now + _RECHECK_NS
-                if self._fd < 0:
-                    return False
-                self._drop_reason = self._drop_reason or DropReasonValues.BUDGET.value
-                return False
-            if not self._open_next():
-                self._next_try_ns = now + _REOPEN_NS
-                return False
-            self._next_try_ns = 0
+            ok = self._make_room_locked(needed, now)
+            self._refresh_limit()
+            return ok
+
+    def _make_room_locked(self, needed: int, now: int) -> bool:
+        if self._fd >= 0 and self._size + needed <= self.max_file_size and not self._dropped:
+            return True  # another thread made room
+        if self._fd >= 0 and self._size + needed <= self.max_file_size:
             return self._flush_drops()
+        if not self._room_in_budget():
+            self._next_try_ns = now + _RECHECK_NS
+            if self._fd < 0:
+                return False
+            self._drop_reason = self._drop_reason or DropReasonValues.BUDGET.value
+            return False
+        if not self._open_next():
+            self._next_try_ns = now + _REOPEN_NS
+            return False
+        self._next_try_ns = 0
+        return self._flush_drops()
 
     def _room_in_budget(self) -> bool:
         alive: list[tuple[str, int]] = []
@@ -277,6 +295,7 @@ class SpoolWriter:
         return True
 
     def _count_drop(self, ts: int, reason: str) -> None:
+        self._limit = -1  # the next record takes the slow path and reports the drop first
         if not self._dropped:
             self._drop_first = ts
             self._drop_reason = reason or DropReasonValues.WRITE_ERROR.value
@@ -339,6 +358,7 @@ class SpoolWriter:
                     except OSError:
                         pass
             self._fd, self._retired = -1, []
+            self._limit = -1
 
 
 # --- the per-process writer ---------------------------------------------------------------
@@ -366,6 +386,7 @@ def get_writer(
             )
         else:
             writer.max_file_size = max(4096, max_file_size)
+            writer._refresh_limit()
             writer.budget = max(
                 writer.max_file_size,
                 DEFAULT_MAX_FILES * writer.max_file_size if budget is None else budget,

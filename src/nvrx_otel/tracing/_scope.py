@@ -12,13 +12,15 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from contextvars import ContextVar, Token
+from contextvars import Token
 from types import TracebackType
 from typing import Any, Final, TypeVar, cast
 
 from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.context import Context
+
+from nvrx_otel import _tracectx
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,24 +33,7 @@ def _public_detach(token: object) -> None:
     context_api.detach(token)  # type: ignore[arg-type]  # the API logs a failure, never raises
 
 
-def _context_var() -> tuple[ContextVar[Context] | None, str]:
-    """The runtime's ContextVar and the span key, when the default runtime is in use."""
-    try:
-        from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
-        from opentelemetry.trace.propagation import _SPAN_KEY
-
-        runtime = context_api._RUNTIME_CONTEXT
-        if type(runtime) is not ContextVarsRuntimeContext:
-            return None, ""
-        var: ContextVar[Context] = runtime._current_context
-        return var, _SPAN_KEY
-    except (ImportError, AttributeError):  # another API version: the public way
-        return None, ""
-
-
-CONTEXT_VAR, SPAN_KEY = _context_var()
-"""The default runtime's ContextVar (None with another runtime) and the API's span key.
-Hot paths inline :func:`attach`/:func:`detach` with them when it is not None."""
+CONTEXT_VAR, SPAN_KEY = _tracectx.CONTEXT_VAR, _tracectx.SPAN_KEY
 put: Final = dict.__setitem__
 """Sets a key of a new Context nobody else has seen yet (Context itself forbids it)."""
 

@@ -68,8 +68,7 @@ class LogRecord(Identity, total=False):
     pid: int
     tid: int  # thread id
     tn: str  # thread name
-    seq: int  # per-writer sequence number, 0, 1, 2, ... across all of the writer's files
-    key: str  # nv.nvrx.record.key: "<writer>-<seq>"
+    key: str  # nv.nvrx.record.key: "<writer>-<seq>", see seq_of
     trace_id: str  # 32 lowercase hex, present inside a valid span
     span_id: str  # 16 lowercase hex
     tf: int  # trace flags
@@ -86,7 +85,6 @@ class DropRecord(Identity, total=False):
     k: str  # "drop"
     ts: int
     pid: int
-    seq: int
     key: str
     count: int
     first_ts: int
@@ -108,6 +106,12 @@ SEVERITY_BY_LEVEL: Final[dict[str, int]] = {
     "FATAL": 21,
 }
 """OTel severity numbers of the level names the front ends produce."""
+
+
+def seq_of(key: str) -> int:
+    """The sequence number in a record's ``key`` (``<writer>-<seq>``): the writer counts
+    every record it emits (log, drop, span), across all its files, from 0."""
+    return int(key.rpartition("-")[2])
 
 
 def severity_of(levelno: int) -> int:

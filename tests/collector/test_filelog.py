@@ -35,7 +35,7 @@ from tests.collector.harness import (
 T0 = 1_764_445_845_123_456_789  # ns; every digit must survive (a float would lose them)
 FILELOG_AGENT = ["agent.yaml", "agent-filelog.yaml"]
 GATES = ("stanza.synchronousLogEmitter",)
-RAW_FIELDS = {"v", "k", "ts", "sev", "lvl", "msg", "lg", "seq", "key", "trace_id", "pid", "attrs"}
+RAW_FIELDS = {"v", "k", "ts", "sev", "lvl", "msg", "lg", "key", "trace_id", "pid", "attrs"}
 
 
 def log_record(ts: int, sev: int, lvl: str, msg: str, **extra: Any) -> dict[str, Any]:

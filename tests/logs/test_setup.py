@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from nvrx_otel import record as rec
 from nvrx_otel.logging import LogConfig, LogManager, SpoolHandler, setup_logger
 from nvrx_otel.logging.fastpath import FastLogger
 from nvrx_otel.logging.handler import error_count
@@ -204,6 +205,28 @@ def test_spool_handler_from_dictconfig(tmp_path: Path) -> None:
     assert rec["file"] == HERE
 
 
+def test_spool_handler_filters_run_as_stdlib_runs_them(tmp_path: Path) -> None:
+    handler = SpoolHandler(tmp_path)
+    handler.addFilter(lambda r: r.getMessage() != "drop me")
+
+    class Redact(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            record.msg = str(record.msg).replace("secret", "***")
+            return True
+
+    handler.addFilter(Redact())
+    app = logging.getLogger("app.filtered")
+    app.propagate = False
+    app.addHandler(handler)
+    try:
+        app.warning("keep the secret")
+        app.warning("drop me")
+    finally:
+        app.removeHandler(handler)
+        handler.close()
+    assert [r["msg"] for r in log_records(tmp_path)] == ["keep the ***"]
+
+
 def test_log_config_compat(monkeypatch: pytest.MonkeyPatch) -> None:
     assert LogConfig.name == "nvrx"
     assert LogConfig.get_max_file_size() == 10240 * 1024
@@ -254,6 +277,6 @@ def test_eight_ranks_two_processes_each_write_every_record(tmp_path: Path) -> No
     assert len(recs) == 16 * 2000
     by_writer: dict[str, list[int]] = {}
     for r in recs:
-        by_writer.setdefault(r["key"].split("-")[0], []).append(r["seq"])
+        by_writer.setdefault(r["key"].split("-")[0], []).append(rec.seq_of(r["key"]))
     assert len(by_writer) == 16
     assert all(seqs == list(range(2000)) for seqs in by_writer.values())

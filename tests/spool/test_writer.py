@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from nvrx_otel import record as rec
 from nvrx_otel.spool.paths import SpoolPathError, parse_name
 from nvrx_otel.spool.writer import SpoolWriter
 from tests.conftest import log_records, read_spool
@@ -50,7 +51,7 @@ def test_records_carry_key_seq_and_identity(
         w.emit(_log(str(i)))
     w.close()
     recs = log_records(tmp_path)
-    assert [r["seq"] for r in recs] == [0, 1, 2]
+    assert [rec.seq_of(r["key"]) for r in recs] == [0, 1, 2]
     assert [r["key"] for r in recs] == [f"{w.writer_id}-{i}" for i in range(3)]
     assert all(r["rank"] == 3 and r["irank"] == 1 and r["node"] == "n7" for r in recs)
     assert "lrank" not in recs[0]  # unknown stays absent
@@ -85,7 +86,7 @@ def test_rotation_keeps_every_record_in_order(tmp_path: Path) -> None:
     assert len(files) > 5
     assert all(f.stat().st_size <= 4096 for f in files)
     recs = log_records(tmp_path)
-    assert [r["seq"] for r in recs] == list(range(500))
+    assert [rec.seq_of(r["key"]) for r in recs] == list(range(500))
 
 
 def test_budget_overrun_is_counted_and_reported_when_space_frees(tmp_path: Path) -> None:
@@ -106,10 +107,10 @@ def test_budget_overrun_is_counted_and_reported_when_space_frees(tmp_path: Path)
     kept = [r for r in lines if r["k"] == "log"]
     assert drops and all(d["reason"] == "budget" for d in drops)
     # Records in the deleted (consumed) files are the seqs below the first kept one.
-    consumed = min(r["seq"] for r in kept)
+    consumed = min(rec.seq_of(r["key"]) for r in kept)
     dropped = sum(d["count"] for d in drops)
     assert consumed + len(kept) + dropped == emitted
-    all_seqs = [r["seq"] for r in kept] + [d["seq"] for d in drops]
+    all_seqs = [rec.seq_of(r["key"]) for r in kept] + [rec.seq_of(d["key"]) for d in drops]
     assert len(set(all_seqs)) == len(all_seqs)
 
 
@@ -161,7 +162,7 @@ def test_kill_9_mid_burst_loses_nothing_already_logged(tmp_path: Path) -> None:
         proc.wait(timeout=30)
     raw = b"".join(p.read_bytes() for p in tmp_path.glob("*.jsonl"))
     assert raw.endswith(b"\n")  # no torn record: each call completed its one write
-    seqs = [r["seq"] for r in log_records(tmp_path)]
+    seqs = [rec.seq_of(r["key"]) for r in log_records(tmp_path)]
     assert len(seqs) >= 2000
     assert seqs == list(range(len(seqs)))
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from opentelemetry import trace
 
+from nvrx_otel import record as rec
 from nvrx_otel.tracing import ft_span, setup_tracing
 from tests.tracing.conftest import spans
 
@@ -26,7 +27,7 @@ def _check_child(tmp_path: Path, child_pid: int, parent_span_id: str) -> None:
     assert {r["name"] for r in theirs} == {"nv.nvrx.ftl.run"}
     writer = {r["key"].split("-")[0] for r in theirs}
     assert len(writer) == 1 and writer.isdisjoint(r["key"].split("-")[0] for r in mine)
-    assert [r["seq"] for r in theirs] == [0, 1]  # the child's writer counts from 0
+    assert [rec.seq_of(r["key"]) for r in theirs] == [0, 1]  # the child's writer counts from 0
     assert theirs[0]["parent_id"] == parent_span_id  # the context crossed the fork
     (header,) = [
         line for line in (tmp_path / "nojob").glob(f"*.p{child_pid}.*.jsonl")

@@ -14,6 +14,7 @@ from opentelemetry import context, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from nvrx_otel import _tracectx
+from nvrx_otel import record as rec
 from nvrx_otel.logging import setup_logger
 from nvrx_otel.semconv import EXCEPTION_MESSAGE, EXCEPTION_STACKTRACE, EXCEPTION_TYPE
 from nvrx_otel.tracing import setup_tracing
@@ -39,8 +40,9 @@ def test_start_and_end_records_have_every_field(tmp_path: Path) -> None:
     assert (start["name"], start["scope"], start["scope_v"]) == ("op", "my.scope", "1.2")
     assert start["kind"] == 2 and start["attrs"] == {"a": 1} and start["links"] == []
     assert "parent_id" not in start and start["pid"] == os.getpid()
-    assert start["key"] == f"{start['key'].split('-')[0]}-{start['seq']}"
-    assert end["seq"] == start["seq"] + 1 and end["key"].split("-")[0] == start["key"].split("-")[0]
+    assert "seq" not in start  # it is in the key
+    assert rec.seq_of(end["key"]) == rec.seq_of(start["key"]) + 1
+    assert end["key"].split("-")[0] == start["key"].split("-")[0]
     assert {k: end[k] for k in SHARED} == {k: start[k] for k in SHARED}
     assert end["attrs"] == {"a": 1, "b": "two"} and end["start"] == start["ts"]
     assert end["ts"] >= end["start"] and end["events"] == [] and end["links"] == []

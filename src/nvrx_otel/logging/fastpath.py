@@ -38,6 +38,7 @@ _get_ident = threading.get_ident
 _current_span = _tracectx.current_span
 _context = None if _tracectx.CONTEXT_VAR is None else _tracectx.CONTEXT_VAR.get
 _KEY = _tracectx.SPAN_KEY
+_UNSET = object()
 _thread = threading.local()
 _getframe = sys._getframe
 _write = os.write
@@ -74,7 +75,7 @@ def _stack_text(frame: FrameType) -> str:
 # A plain call's line is one bytes formatting of a per-level template (level head, writer
 # id and identity filled in) with the time, message, call site, thread, seq and trace ids;
 # all but the time, the message and the seq are cached as ready bytes.
-_TEMPLATE = b'"ts":%%d,"msg":%%b,%%b%%b"seq":%%d,"key":"%b-%%d"'
+_TEMPLATE = b'"ts":%%d,"msg":%%b,%%b%%b"key":"%b-%%d"'
 _MAX_SITES = 4096  # call sites cached per logger; beyond, the cache starts over
 
 
@@ -97,7 +98,7 @@ class _Fast:
     __slots__ = (
         "handler",
         "key_head",
-        "last_span",
+        "last_ctx",
         "logger",
         "only",
         "prefixes",
@@ -114,9 +115,10 @@ class _Fast:
         self.templates: dict[int, bytes] = {}
         self.key_head = b""  # the writer id the templates were made for (a fork changes it)
         self.sites: dict[CodeType, dict[int, bytes]] = {}  # code -> instruction offset -> fields
-        # The last span seen and its encoded ids (a span's ids never change; holding it
-        # keeps its identity from being reused by another object).
-        self.last_span: tuple[object, bytes] = (None, b"")
+        # The last context seen and the encoded ids of its span. A context never changes
+        # once current (a new span makes a new one), and holding it keeps its identity from
+        # being reused by another object.
+        self.last_ctx: tuple[object, bytes] = (_UNSET, b"")
 
     def prefix(self, level: int) -> bytes:
         """The constant head of every line of this logger at ``level``."""
@@ -159,17 +161,21 @@ class _Fast:
         self.sites.setdefault(code, {})[offset] = encoded
         return encoded
 
-    def trace(self, span: Any) -> bytes:
-        """The ``trace_id``/``span_id``/``tf`` fields of ``span`` (empty if not valid)."""
-        ctx = span.get_span_context()
+    def trace(self, context: Any) -> bytes:
+        """The ``trace_id``/``span_id``/``tf`` fields of the span current in ``context``
+        (None: in the public API's current context); empty without a valid span."""
+        span = _current_span() if context is None else context.get(_KEY)
         encoded = b""
-        if ctx.is_valid:
-            encoded = b',"trace_id":"%032x","span_id":"%016x","tf":%d' % (
-                ctx.trace_id,
-                ctx.span_id,
-                int(ctx.trace_flags),
-            )
-        self.last_span = (span, encoded)
+        if span is not None:
+            ids = span.get_span_context()
+            if ids.is_valid:
+                encoded = b',"trace_id":"%032x","span_id":"%016x","tf":%d' % (
+                    ids.trace_id,
+                    ids.span_id,
+                    int(ids.trace_flags),
+                )
+        if context is not None:
+            self.last_ctx = (context, encoded)
         return encoded
 
     def full(
@@ -212,7 +218,7 @@ class _Fast:
             return
         code = frame.f_code
         w = handler.writer
-        seq = next(w._seq)
+        key = w.next_key()
         ts = _time_ns()
         record: dict[str, Any] = {
             "ts": ts,
@@ -222,8 +228,7 @@ class _Fast:
             "fn": code.co_name,
             "tid": _get_ident(),
             "tn": threading.current_thread().name,
-            "seq": seq,
-            "key": f"{w.writer_id}-{seq}",
+            "key": key,
         }
         _tracectx.add_ids(record)
         exc_info = kwargs.get("exc_info")
@@ -285,21 +290,19 @@ def _level_method(level: int) -> Callable[..., None]:
                 thread = _thread.frag
             except AttributeError:
                 thread = _thread_fields()
-            span = _current_span() if _context is None else _context().get(_KEY)
-            trace = b""
-            if span is not None:
-                last = fast.last_span
-                trace = last[1] if last[0] is span else fast.trace(span)
+            context = None if _context is None else _context()
+            last = fast.last_ctx
+            trace = last[1] if last[0] is context else fast.trace(context)
             w = handler.writer
             templates = fast.templates if fast.key_head is w.key_head else fast.reset_templates()
             seq = next(w._seq)
             ts = _time_ns()
             if trace:
                 template = templates.get(-level) or fast.template(-level)
-                line = template % (ts, message, site, thread, seq, seq, trace)
+                line = template % (ts, message, site, thread, seq, trace)
             else:
                 template = templates.get(level) or fast.template(level)
-                line = template % (ts, message, site, thread, seq, seq)
+                line = template % (ts, message, site, thread, seq)
             # SpoolWriter.write_line's lock-free case, inline; the writer does the rest.
             n = len(line)
             if w._size + n > w._limit:

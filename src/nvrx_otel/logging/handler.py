@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -53,7 +54,12 @@ def error_count() -> int:
 
 
 def format_message(msg: object, args: Any) -> str:
-    """``msg % args`` as stdlib does, never raising: a bad format keeps msg and args."""
+    """``msg % args`` as stdlib does, never raising: a bad format keeps msg and args.
+
+    As ``logging.LogRecord``, a lone non-empty mapping argument is the mapping to format
+    with (``log.info("%(step)d", {"step": 1})``)."""
+    if isinstance(args, tuple) and len(args) == 1 and isinstance(args[0], Mapping) and args[0]:
+        args = args[0]
     try:
         text = str(msg)
         if args:
@@ -151,6 +157,16 @@ class SpoolHandler(logging.Handler):
         self.writer: SpoolWriter = writer_for_root(
             directory, proc=proc, max_file_size=max_file_size, budget=budget
         )
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        """``Handler.handle`` without the handler's lock: the writer takes none on its
+        hot path (one ``os.write`` per record), so neither does the handler."""
+        rv: Any = self.filter(record) if self.filters else True
+        if isinstance(rv, logging.LogRecord):  # a filter may return a replacement (3.12+)
+            record = rv
+        if rv:
+            self.emit(record)
+        return bool(rv)
 
     def emit(self, record: logging.LogRecord) -> None:
         try:

@@ -123,10 +123,8 @@ class SpoolWriter:
 
     def emit(self, record: dict[str, Any]) -> None:
         """Append one record (a ``record.LogRecord``-shaped dict without v/seq/key/identity)."""
-        seq = next(self._seq)
         record["v"] = rec.SCHEMA_VERSION
-        record["seq"] = seq
-        record["key"] = f"{self.writer_id}-{seq}"
+        record["key"] = f"{self.writer_id}-{next(self._seq)}"
         try:
             body = _dumps(record)
         except (TypeError, orjson.JSONEncodeError):
@@ -134,9 +132,10 @@ class SpoolWriter:
         # The identity fields are spliced on as bytes, not merged into the dict.
         self.write_line(body[:-1] + self.identity_suffix, record.get("ts", 0))
 
-    def next_seq(self) -> int:
-        """Reserve a sequence number (for front ends that build whole lines themselves)."""
-        return next(self._seq)
+    def next_key(self) -> str:
+        """The next record's ``key``, ``<writer>-<seq>`` (for front ends that build whole
+        lines themselves)."""
+        return f"{self.writer_id}-{next(self._seq)}"
 
     def write_line(self, line: bytes, ts: int) -> None:
         """Append one encoded line; counts it as dropped if it cannot be written."""
@@ -316,9 +315,7 @@ class SpoolWriter:
             "last_ts": self._drop_last,
             "reason": self._drop_reason,
         }
-        seq = next(self._seq)
-        drop["seq"] = seq
-        drop["key"] = f"{self.writer_id}-{seq}"
+        drop["key"] = self.next_key()
         drop.update(self.identity_fields)
         line = rec.encode(drop)
         if self._need_newline:

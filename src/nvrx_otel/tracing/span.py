@@ -202,7 +202,6 @@ class LeanSpan(trace.Span):
             "attrs": attrs,
             "links": self._links,
             "v": _V,
-            "seq": seq,
             "key": f"{w.writer_id}-{seq}",
         }
         if parent is not None:
@@ -341,9 +340,7 @@ class LeanSpan(trace.Span):
         if dropped is not None:
             record["dropped"] = {"attrs": dropped[0], "events": dropped[1], "links": dropped[2]}
         w = self._sink.writer
-        seq = next(w._seq)
-        record["seq"] = seq
-        record["key"] = f"{w.writer_id}-{seq}"
+        record["key"] = w.next_key()
         _append(w, record, end)
 
     def __exit__(

@@ -15,6 +15,7 @@ from loguru import logger
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
+from nvrx_otel import record as rec
 from nvrx_otel.aggregator.service import AggregatorConfig
 from nvrx_otel.logging.logflow import configure_logging, get_logger, shutdown_logging
 from tests.aggregator.spoolkit import LINE as NODE_LINE
@@ -64,7 +65,7 @@ def test_record_fields(spool: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     )  # fmt: skip
     assert first["pid"] == os.getpid() and first["tid"] == threading.get_ident()
     assert first["tn"] == "MainThread" and first["rank"] == 2 and first["job"] == "77"
-    assert first["key"].endswith(f"-{first['seq']}")
+    assert "seq" not in first and rec.seq_of(first["key"]) >= 0
     assert "trace_id" not in first
 
 

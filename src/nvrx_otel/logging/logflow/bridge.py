@@ -104,7 +104,7 @@ class SpoolBridge:
             named = bound.__class__ is str
             lg: str = bound if named else (record["name"] or "")
             writer = self.writer
-            seq = writer.next_seq()
+            key = writer.next_key()
             file = record["file"]
             thread = record["thread"]
             elapsed = record["elapsed"]  # loguru's time minus its start: cheaper than time
@@ -122,8 +122,7 @@ class SpoolBridge:
                 "fn": record["function"],
                 "tid": thread.id,
                 "tn": thread.name,
-                "seq": seq,
-                "key": f"{writer.writer_id}-{seq}",
+                "key": key,
             }
             span = _current_span()
             if span is not None:

@@ -101,6 +101,22 @@ def test_call_sites_are_exact_for_many_and_short_lived_code(tmp_path: Path) -> N
     assert got == [*expected, *[here] * 4]
 
 
+def test_alternating_callers_keep_their_own_sites(tmp_path: Path) -> None:
+    log = setup_logger(node_local_tmp_dir=str(tmp_path))
+
+    def first() -> int:
+        log.info("first")
+        return sys._getframe().f_lineno - 1
+
+    def second() -> int:
+        log.info("second")
+        return sys._getframe().f_lineno - 1
+
+    order = [first, second, second, first] * 3
+    expected = [(f.__name__, f()) for f in order]
+    assert [(r["fn"], r["line"]) for r in log_records(tmp_path)] == expected
+
+
 def test_fork_child_writes_its_own_keys_and_pid(tmp_path: Path) -> None:
     log = setup_logger(node_local_tmp_dir=str(tmp_path))
     log.info("parent before")

@@ -98,6 +98,7 @@ class _Fast:
     __slots__ = (
         "handler",
         "key_head",
+        "last_code",
         "last_ctx",
         "logger",
         "only",
@@ -115,6 +116,9 @@ class _Fast:
         self.templates: dict[int, bytes] = {}
         self.key_head = b""  # the writer id the templates were made for (a fork changes it)
         self.sites: dict[CodeType, dict[int, bytes]] = {}  # code -> instruction offset -> fields
+        # The last caller's code and its sites: a code object hashes all its constants on
+        # every lookup, and a loop logs from one function many times in a row.
+        self.last_code: tuple[object, dict[int, bytes]] = (None, {})
         # The last context seen and the encoded ids of its span. A context never changes
         # once current (a new span makes a new one), and holding it keeps its identity from
         # being reused by another object.
@@ -158,8 +162,18 @@ class _Fast:
         if len(self.sites) >= _MAX_SITES:
             self.sites = {}
         encoded = _fields({"path": code.co_filename, "line": lineno, "fn": code.co_name})
-        self.sites.setdefault(code, {})[offset] = encoded
+        sites = self.sites.setdefault(code, {})
+        sites[offset] = encoded
+        self.last_code = (code, sites)
         return encoded
+
+    def sites_of(self, code: CodeType) -> dict[int, bytes]:
+        """The call sites known in ``code`` (maybe none yet), remembered as the last."""
+        sites = self.sites.get(code)
+        if sites is None:
+            return {}
+        self.last_code = (code, sites)
+        return sites
 
     def trace(self, context: Any) -> bytes:
         """The ``trace_id``/``span_id``/``tf`` fields of the span current in ``context``
@@ -282,8 +296,8 @@ def _level_method(level: int) -> Callable[..., None]:
             # Keyed by the call's instruction offset: f_lineno walks the line table from the
             # function's start, which in a long training loop costs more than the whole call.
             offset = frame.f_lasti
-            sites = fast.sites.get(code)
-            site = sites.get(offset) if sites is not None else None
+            known = fast.last_code
+            site = (known[1] if known[0] is code else fast.sites_of(code)).get(offset)
             if site is None:
                 site = fast.site(code, offset, frame.f_lineno)
             try:

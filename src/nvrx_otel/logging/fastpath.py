@@ -213,23 +213,28 @@ class _Fast:
         )
         logger.handle(record)
 
-    def emit(
-        self, level: int, msg: object, args: Any, kwargs: dict[str, Any], frame: FrameType
-    ) -> None:
-        """Any call the plain path of the level methods does not take: ``log()``, keyword
-        arguments, messages that need ``format_message`` or odd values."""
+    def lean(self, level: int) -> bool:
+        """Whether a call at ``level`` may skip the LogRecord: only our handler would see it
+        and nothing would filter it. (The level methods inline this test.)"""
         logger = self.logger
         handler = self.handler
-        if (
+        return not (
             logger.propagate
             or logger.filters
             or logger.handlers != self.only
             or handler.filters
             or level < handler.level
-            or kwargs.get("stack_info")
-        ):
+        )
+
+    def emit(
+        self, level: int, msg: object, args: Any, kwargs: dict[str, Any], frame: FrameType
+    ) -> None:
+        """Any call the plain path of the level methods does not take: ``log()``, keyword
+        arguments, messages that need ``format_message`` or odd values."""
+        if kwargs.get("stack_info") or not self.lean(level):
             self.full(level, msg, args, frame, kwargs)
             return
+        handler = self.handler
         code = frame.f_code
         w = handler.writer
         key = w.next_key()
@@ -277,7 +282,7 @@ def _level_method(level: int) -> Callable[..., None]:
             frame = _getframe(1)
             code = frame.f_code
             handler = fast.handler
-            if (
+            if (  # _Fast.lean, inline
                 self.propagate
                 or self.filters
                 or self.handlers != fast.only

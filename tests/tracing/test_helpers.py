@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from nvrx_otel.semconv import (
     CKPT_BYTES,
@@ -32,12 +35,15 @@ from nvrx_otel.semconv import (
     FtSpanKind,
 )
 from nvrx_otel.tracing import (
+    checkpoint_link,
     checkpoint_span,
     ft_span,
+    helpers,
     process_start_ns,
     setup_tracing,
     startup_spans,
 )
+from nvrx_otel.tracing.propagation import traceparent
 from tests.tracing.conftest import ended, run_python, spans
 
 
@@ -165,6 +171,70 @@ def test_checkpoint_spans_link_by_call_idx_across_threads(tmp_path: Path) -> Non
 
     assert schedule["links"] == [] and request["links"] == [ref(schedule)]
     assert finalize["links"] == [ref(schedule), ref(request)] and other["links"] == []
+
+
+def test_a_new_schedule_under_a_call_idx_starts_a_new_checkpoint(tmp_path: Path) -> None:
+    setup_tracing(spool_dir=tmp_path)
+    with checkpoint_span("schedule", call_idx=7):
+        pass
+    with checkpoint_span("request", call_idx=7):
+        pass
+    with checkpoint_span("schedule", call_idx=7) as again:  # the index is used again
+        pass
+    with checkpoint_span("finalize", call_idx=7):
+        pass
+    *_, second, finalize = spans(tmp_path, "span_end")
+    assert second["span_id"] == f"{again.get_span_context().span_id:016x}"
+    ref = {"trace_id": second["trace_id"], "span_id": second["span_id"], "attrs": {}}
+    assert finalize["links"] == [ref]  # not to the request of the earlier checkpoint
+    assert checkpoint_link(7) == traceparent(again.get_span_context())
+
+
+def test_only_recent_checkpoints_are_remembered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")  # spans with ids, nothing written
+    setup_tracing(spool_dir=tmp_path)
+    count = helpers._MAX_CHECKPOINTS + 1
+    last = {}
+    for idx in range(count):
+        for kind in ("schedule", "request"):
+            with checkpoint_span(kind, call_idx=idx) as span:
+                last[kind] = span.get_span_context()
+    assert checkpoint_link(0) is None  # the oldest half is forgotten
+    assert checkpoint_link(count - 1) == traceparent(last["schedule"])
+    assert helpers._requests[count - 1] == last["request"]
+    assert len(helpers._schedules) <= helpers._MAX_CHECKPOINTS
+
+
+def test_helpers_follow_a_provider_switched_off_on_or_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The helpers keep the global provider's tracers: switching that provider off and on
+    again, or another global provider, takes effect at the next span."""
+    provider = setup_tracing(spool_dir=tmp_path)
+    with checkpoint_span("request", call_idx=1):
+        pass
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert setup_tracing(spool_dir=tmp_path) is provider
+    with checkpoint_span("request", call_idx=2) as span:
+        assert span is trace.INVALID_SPAN
+    assert checkpoint_link(2) is None  # nothing remembered while off
+    monkeypatch.delenv("OTEL_SDK_DISABLED")
+    assert setup_tracing(spool_dir=tmp_path) is provider
+    with checkpoint_span("request", call_idx=3):
+        pass
+    assert [r["attrs"][CKPT_CALL_IDX] for r in spans(tmp_path, "span_end")] == [1, 3]
+    exporter = InMemorySpanExporter()
+    theirs = TracerProvider()
+    theirs.add_span_processor(SimpleSpanProcessor(exporter))
+    trace._TRACER_PROVIDER = theirs  # replaced behind the API's back (reset after the test)
+    with checkpoint_span("request", call_idx=4):
+        pass
+    (sdk_span,) = exporter.get_finished_spans()
+    assert sdk_span.attributes == {CKPT_CALL_IDX: 4}
+    assert len(spans(tmp_path, "span_end")) == 2
+    theirs.shutdown()
 
 
 def test_helpers_cost_nothing_while_off_and_trace_once_set_up(tmp_path: Path) -> None:

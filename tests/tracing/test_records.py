@@ -91,6 +91,26 @@ def test_events_status_and_name_as_the_sdk_keeps_them(tmp_path: Path) -> None:
     assert not span.is_recording()
 
 
+def test_records_are_whole_across_file_rotations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NVRX_LOG_MAX_FILE_SIZE_KB", "4")  # a new file every few spans
+    monkeypatch.setenv("NVRX_OTEL_SPOOL_BUDGET_MB", "8")
+    setup_tracing(spool_dir=tmp_path)
+    tracer = trace.get_tracer("t")
+    for i in range(40):
+        with tracer.start_as_current_span("op", attributes={"i": i}) as span:
+            if i % 3 == 0:
+                span.set_status(StatusCode.ERROR, f"bad {i}")
+    records = spans(tmp_path)
+    assert len(list(tmp_path.rglob("*.jsonl"))) > 2
+    assert len(records) == 80 and len({r["key"] for r in records}) == 80
+    for end in spans(tmp_path, "span_end"):
+        i = end["attrs"]["i"]
+        status = {"code": 2, "msg": f"bad {i}"} if i % 3 == 0 else {"code": 0, "msg": ""}
+        assert end["status"] == status and end["events"] == []
+
+
 def test_escaping_exception_is_recorded_with_status_error(tmp_path: Path) -> None:
     setup_tracing(spool_dir=tmp_path)
     with (

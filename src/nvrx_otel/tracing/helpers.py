@@ -22,8 +22,10 @@ about what the API's no-op tracer costs: it only notices that there is no tracer
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 from enum import Enum
+from itertools import islice, repeat
 from types import TracebackType
 from typing import Any, Final
 
@@ -54,7 +56,7 @@ from nvrx_otel.tracing._scope import put as _put
 from nvrx_otel.tracing.attributes import PLAIN, Owned
 from nvrx_otel.tracing.propagation import LinkLike, to_links, traceparent
 from nvrx_otel.tracing.provider import NvrxTracer
-from nvrx_otel.tracing.span import report_once, type_name
+from nvrx_otel.tracing.span import LeanSpan, report_once, type_name
 
 SCOPE_VERSION: Final = _version.__version__
 """Instrumentation scope version of the helpers' tracers."""
@@ -73,6 +75,7 @@ def _api_global() -> trace.TracerProvider | None:
 
 
 _global_provider = _api_global if hasattr(trace, "_TRACER_PROVIDER") else _installed_provider
+_DIRECT: Final = _global_provider is _api_global  # SpanHelper.__enter__ reads it inline
 
 
 class _Cache:
@@ -161,26 +164,32 @@ def _warn_unknown(helper: str, name: str, known: Mapping[str, str]) -> None:
 
 # --- checkpoint links within the process -----------------------------------------------------
 
-_MAX_SPANS: Final = 3072
+_MAX_CHECKPOINTS: Final = 1024
+"""Checkpoints whose schedule (request) spans are remembered; beyond, the older half goes."""
 _SCHEDULE: Final = CkptSpanKind.SCHEDULE.value
 _REQUEST: Final = CkptSpanKind.REQUEST.value
 _FINALIZE: Final = CkptSpanKind.FINALIZE.value
-_LINKS_TO: Final[Mapping[str, tuple[str, ...]]] = {
-    _SCHEDULE: (),
-    _REQUEST: (_SCHEDULE,),
-    _FINALIZE: (_SCHEDULE, _REQUEST),
+_ByCallIdx = dict[Any, SpanContext]
+_schedules: Final[_ByCallIdx] = {}
+"""This process's schedule spans by ``call_idx``."""
+_requests: Final[_ByCallIdx] = {}
+"""This process's request spans by ``call_idx`` (nothing links to a finalize span)."""
+_LINKING: Final[Mapping[str, tuple[tuple[_ByCallIdx, ...], _ByCallIdx | None]]] = {
+    _SCHEDULE: ((), _schedules),
+    _REQUEST: ((_schedules,), _requests),
+    _FINALIZE: ((_schedules, _requests), None),
 }
-"""Which earlier spans of the same ``call_idx`` each checkpoint span links to."""
-_seen: dict[tuple[int, str], SpanContext] = {}
+"""For each checkpoint span that links by ``call_idx``: the earlier spans of the same
+``call_idx`` it links to (in this order), and where it is remembered for the later ones."""
 _current_span = _tracectx.current_span
 
 
-def _linked(call_idx: int, kind: str) -> list[Link] | None:
-    """Links to this process's earlier checkpoint spans of ``call_idx`` (not the parent)."""
+def _linked(call_idx: Any, earlier: Sequence[_ByCallIdx]) -> list[Link] | None:
+    """Links to the spans of ``call_idx`` in ``earlier`` (not to the parent)."""
     found: list[Link] | None = None
     parent_id = 0
-    for earlier in _LINKS_TO[kind]:
-        ctx = _seen.get((call_idx, earlier))
+    for spans in earlier:
+        ctx = spans.get(call_idx)
         if ctx is None:
             continue
         if found is None:
@@ -192,30 +201,27 @@ def _linked(call_idx: int, kind: str) -> list[Link] | None:
     return found
 
 
-def _register(call_idx: int, kind: str, ctx: SpanContext) -> None:
-    if kind == _SCHEDULE:  # a new checkpoint under this index: forget the old one
-        for old in _LINKS_TO[_FINALIZE] + (_FINALIZE,):
-            _seen.pop((call_idx, old), None)
-    _seen[(call_idx, kind)] = ctx
-    if len(_seen) > _MAX_SPANS:  # forget the oldest half, now and then
-        try:
-            for key in list(_seen)[: _MAX_SPANS // 2]:
-                _seen.pop(key, None)
-        except RuntimeError:  # changed by another thread meanwhile: next time
-            pass
+def _forget_oldest(kept: _ByCallIdx) -> None:
+    """Forget the older half of ``kept`` (now and then: it bounds the memory)."""
+    try:
+        old = list(islice(kept, _MAX_CHECKPOINTS // 2))
+    except RuntimeError:  # changed by another thread meanwhile: next time
+        return
+    deque(map(kept.pop, old, repeat(None)), 0)  # kept.pop(key, None) for each, in C
 
 
 def checkpoint_link(call_idx: int) -> str | None:
     """The ``traceparent`` of this process's schedule span for ``call_idx`` (else its
     request span), to pass to the process that serves the checkpoint: its
     ``checkpoint_span(..., link=...)`` links back. None when there is no such span."""
-    ctx = _seen.get((call_idx, _SCHEDULE)) or _seen.get((call_idx, _REQUEST))
+    ctx = _schedules.get(call_idx) or _requests.get(call_idx)
     return None if ctx is None else traceparent(ctx)
 
 
 def clear_links() -> None:
     """Forget every checkpoint span of this process (tests)."""
-    _seen.clear()
+    _schedules.clear()
+    _requests.clear()
 
 
 # --- the helper -------------------------------------------------------------------------------
@@ -279,6 +285,7 @@ class SpanHelper(Scope):
         self._mapped = mapped
         self._span: trace.Span | None  # set by __enter__
         self._token: object
+        # (checkpoint_span() sets the same slots without calling this: keep them in step)
 
     @property
     def name(self) -> str | None:
@@ -332,23 +339,53 @@ class SpanHelper(Scope):
         sdef = self._def
         if sdef is None:
             return INVALID_SPAN
-        tracer = tracer_for(sdef.group)
+        # tracer_for(sdef.group), inlined while the global provider is the cached one
+        c = _cache
+        group = sdef.group
+        now = trace._TRACER_PROVIDER if _DIRECT else _installed_provider()
+        tracer = c.tracers.get(group) if now is c.provider else None
         if tracer is None:
+            tracer = tracer_for(group)
+            if tracer is None:
+                return INVALID_SPAN
+        ours = tracer if type(tracer) is NvrxTracer else None
+        if ours is not None and ours._provider.backend is _provider.OFF:
             return INVALID_SPAN
         try:
             links = None if self._link is None else to_links(self._link)
-            kind: str | None = None
-            if self._spec.links and self._value is not None and sdef.kind in _LINKS_TO:
-                kind = sdef.kind
-                more = _linked(self._value, kind)
-                if more:
-                    links = more if links is None else links + more
+            value = self._value
+            kept: _ByCallIdx | None = None  # where to remember this span
+            if self._spec.links and value is not None:
+                linking = _LINKING.get(sdef.kind)  # None: a span that does not link
+                if linking is not None:
+                    earlier, kept = linking
+                    for spans in earlier:
+                        if value in spans:  # an earlier span of this checkpoint: link to them
+                            more = _linked(value, earlier)
+                            if more:
+                                links = more if links is None else links + more
+                            break
             attrs = self._mapped
-            if attrs is None:
-                attrs = self._attributes(owned=True)
-            if type(tracer) is NvrxTracer:  # straight to the backend: no keyword passing
-                span = tracer._provider.backend.start_span(
-                    tracer, sdef.name, None, _INTERNAL, attrs, links, self._start_time, False, False
+            if attrs is None:  # _attributes(owned=True), inlined for known names, plain values
+                attrs = Owned()
+                spec = self._spec
+                if value is not None and spec.fixed_key is not None:
+                    attrs[spec.fixed_key] = value
+                short = spec.short
+                given = self._given
+                for key in given:
+                    v = given[key]
+                    full = short.get(key)
+                    if full is None or type(v) not in PLAIN:
+                        attrs = self._attributes(owned=True)
+                        break
+                    attrs[full] = v
+                else:
+                    if value is not None and type(value) not in PLAIN:
+                        attrs = self._attributes(owned=True)
+            if ours is not None:  # straight to the backend: no keyword passing
+                span = ours._provider.backend.start_span(
+                    ours, sdef.name, None, _INTERNAL, attrs, links, self._start_time, False, False
                 )
             else:
                 span = tracer.start_span(
@@ -367,8 +404,13 @@ class SpanHelper(Scope):
                 _put(ctx, _KEY, span)
                 self._token = var.set(ctx)
             self._span = span
-            if kind is not None:
-                _register(self._value, kind, span.get_span_context())
+            if kept is not None:  # remember it for the later spans of this checkpoint
+                if kept is _schedules:  # a new checkpoint under this index: forget the old one
+                    _schedules.pop(value, None)
+                    _requests.pop(value, None)
+                kept[value] = span._ctx if type(span) is LeanSpan else span.get_span_context()
+                if len(kept) > _MAX_CHECKPOINTS:
+                    _forget_oldest(kept)
             return span
         except Exception as exc:  # telemetry never raises into training
             report_once(f"{self._spec.name}: cannot start span", exc)
@@ -402,6 +444,7 @@ class SpanHelper(Scope):
             report_once(f"{self._spec.name}: cannot end span", err)
 
 
+_new_helper: Final = object.__new__
 _ERRORS: Final = (Exception, KeyboardInterrupt)
 """Exceptions that make a helper's span an error (not GeneratorExit, SystemExit...)."""
 
@@ -427,7 +470,17 @@ def checkpoint_span(
             f"checkpoint_span: unknown kind {_kind_value(kind)!r}; no span is recorded "
             f"(kinds: {_kind_names(CKPT_KINDS)})"
         )
-    return SpanHelper(sdef, CKPT_SPEC, call_idx, attributes, link)
+    # SpanHelper(sdef, CKPT_SPEC, call_idx, attributes, link) without running __init__ as
+    # a frame of its own: this is every checkpoint span's path, traced or not
+    helper = _new_helper(SpanHelper)
+    helper._def = sdef
+    helper._spec = CKPT_SPEC
+    helper._value = call_idx
+    helper._given = attributes
+    helper._link = link
+    helper._start_time = None
+    helper._mapped = None
+    return helper
 
 
 def ft_span(

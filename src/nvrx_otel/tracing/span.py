@@ -49,6 +49,10 @@ _dumps = orjson.dumps
 _all_plain = all_plain
 _time_ns = time.time_ns
 _KIND_NUMBER: Final = {k: k.value for k in SpanKind}
+# What ``end`` puts in the span_end record when nothing was set (shared, never changed;
+# a tuple is encoded as a list)
+_NO_EVENTS: Final = ()
+_UNSET_STATUS: Final[Mapping[str, Any]] = {"code": 0, "msg": ""}
 _INTERNAL: Final = SpanKind.INTERNAL
 
 
@@ -101,18 +105,13 @@ class SpanSink:
 
 
 def _append(w: SpoolWriter, record: dict[str, Any], ts: int) -> None:
-    """Append ``record`` (v/seq/key set) with the writer's identity fields: one write.
-
-    As the logging front end's fast path does, the line goes straight to the writer's
-    descriptor when the file has room and nothing is pending; anything else (rotation,
-    budget, a pending drop record, an error) is the writer's ``write_line``."""
+    """Append ``record`` (v/key set) with the writer's identity fields: one write."""
     try:
         try:
             body = _dumps(record)
         except (TypeError, orjson.JSONEncodeError):
             body = rec.encode(record)[:-1]
-        line = body[:-1] + w.identity_suffix
-        w.write_line(line, ts)
+        w.write_line(body[:-1] + w.identity_suffix, ts)
     except Exception as exc:
         report_once("cannot spool a span record", exc)
 
@@ -331,10 +330,10 @@ class LeanSpan(trace.Span):
         record["k"] = _END
         record["ts"] = end
         record["start"] = self._start
-        record["events"] = self._events or []
+        record["events"] = self._events or _NO_EVENTS
         status = self._status
         record["status"] = (
-            {"code": 0, "msg": ""} if status is None else {"code": status[0], "msg": status[1]}
+            _UNSET_STATUS if status is None else {"code": status[0], "msg": status[1]}
         )
         dropped = self._dropped
         if dropped is not None:

@@ -29,6 +29,7 @@ import orjson
 from nvrx_otel import _tracectx
 from nvrx_otel import record as rec
 from nvrx_otel.logging.handler import SpoolHandler, add_exception, format_message, report_error
+from nvrx_otel.spool import writer as spool_writer
 
 _SRCFILE = os.path.normcase(logging.addLevelName.__code__.co_filename)
 _SEV = {lv: rec.severity_of(lv) for lv in (10, 20, 30, 40, 50)}
@@ -36,12 +37,14 @@ _dumps = orjson.dumps
 _time_ns = time.time_ns
 _get_ident = threading.get_ident
 _current_span = _tracectx.current_span
-_context = None if _tracectx.CONTEXT_VAR is None else _tracectx.CONTEXT_VAR.get
+_context: Callable[[], Any] = (
+    (lambda: None) if _tracectx.CONTEXT_VAR is None else _tracectx.CONTEXT_VAR.get
+)
 _KEY = _tracectx.SPAN_KEY
 _UNSET = object()
 _thread = threading.local()
 _getframe = sys._getframe
-_write = os.write
+_append = spool_writer.append
 
 
 def _caller(depth: int, stacklevel: int) -> FrameType:
@@ -76,6 +79,8 @@ def _stack_text(frame: FrameType) -> str:
 # id and identity filled in) with the time, message, call site, thread, seq and trace ids;
 # all but the time, the message and the seq are cached as ready bytes.
 _TEMPLATE = b'"ts":%%d,"msg":%%b,%%b%%b"key":"%b-%%d"'
+_TEMPLATE_SLOTS = 52  # templates by level (10, 20, ... 50) and level + 1 (traced)
+_NO_TEMPLATES: list[bytes | None] = []  # never matches a writer: the first call fills a list
 _MAX_SITES = 4096  # call sites cached per logger; beyond, the cache starts over
 
 
@@ -100,6 +105,8 @@ class _Fast:
         "key_head",
         "last_code",
         "last_ctx",
+        "last_sites",
+        "last_trace",
         "logger",
         "only",
         "prefixes",
@@ -113,16 +120,18 @@ class _Fast:
         # The logger's handlers while the lean path may run (never, without a handler).
         self.only: list[logging.Handler] | None = [handler] if handler is not None else None
         self.prefixes: dict[int, bytes] = {}
-        self.templates: dict[int, bytes] = {}
+        self.templates: list[bytes | None] = _NO_TEMPLATES
         self.key_head = b""  # the writer id the templates were made for (a fork changes it)
         self.sites: dict[CodeType, dict[int, bytes]] = {}  # code -> instruction offset -> fields
         # The last caller's code and its sites: a code object hashes all its constants on
         # every lookup, and a loop logs from one function many times in a row.
-        self.last_code: tuple[object, dict[int, bytes]] = (None, {})
+        self.last_code: object = None
+        self.last_sites: dict[int, bytes] = {}
         # The last context seen and the encoded ids of its span. A context never changes
         # once current (a new span makes a new one), and holding it keeps its identity from
         # being reused by another object.
-        self.last_ctx: tuple[object, bytes] = (_UNSET, b"")
+        self.last_ctx: object = _UNSET
+        self.last_trace = b""
 
     def prefix(self, level: int) -> bytes:
         """The constant head of every line of this logger at ``level``."""
@@ -138,22 +147,24 @@ class _Fast:
             head = self.prefixes[level] = b"{" + _fields(fields)
         return head
 
-    def reset_templates(self) -> dict[int, bytes]:
+    def reset_templates(self) -> list[bytes | None]:
         """Forget the templates: the handler's writer changed (a fork makes a new one)."""
-        self.templates = {}
+        self.templates = [None] * _TEMPLATE_SLOTS
         self.key_head = self.handler.writer.key_head
         return self.templates
 
-    def template(self, key: int) -> bytes:
-        """The line template for level ``abs(key)``; for a negative ``key`` with a last
-        ``%b`` for the trace ids."""
+    def template(self, slot: int) -> bytes:
+        """The line template at ``slot``: for level ``slot``, or for level ``slot - 1``
+        with a last ``%b`` for the trace ids (the level methods' levels are multiples of 10)."""
         w = self.handler.writer
-        template = self.templates[key] = (
-            self.prefix(abs(key)).replace(b"%", b"%%")
+        traced = slot % 10 == 1
+        template = (
+            self.prefix(slot - traced).replace(b"%", b"%%")
             + _TEMPLATE % w.key_head
-            + (b"%b" if key < 0 else b"")
+            + (b"%b" if traced else b"")
             + w.identity_suffix.replace(b"%", b"%%")
         )
+        self.templates[slot] = template
         return template
 
     def site(self, code: CodeType, offset: int, lineno: int) -> bytes:
@@ -164,7 +175,8 @@ class _Fast:
         encoded = _fields({"path": code.co_filename, "line": lineno, "fn": code.co_name})
         sites = self.sites.setdefault(code, {})
         sites[offset] = encoded
-        self.last_code = (code, sites)
+        self.last_code = code
+        self.last_sites = sites
         return encoded
 
     def sites_of(self, code: CodeType) -> dict[int, bytes]:
@@ -172,7 +184,8 @@ class _Fast:
         sites = self.sites.get(code)
         if sites is None:
             return {}
-        self.last_code = (code, sites)
+        self.last_code = code
+        self.last_sites = sites
         return sites
 
     def trace(self, context: Any) -> bytes:
@@ -189,7 +202,8 @@ class _Fast:
                     int(ids.trace_flags),
                 )
         if context is not None:
-            self.last_ctx = (context, encoded)
+            self.last_ctx = context
+            self.last_trace = encoded
         return encoded
 
     def full(
@@ -301,26 +315,25 @@ def _level_method(level: int) -> Callable[..., None]:
             # Keyed by the call's instruction offset: f_lineno walks the line table from the
             # function's start, which in a long training loop costs more than the whole call.
             offset = frame.f_lasti
-            known = fast.last_code
-            site = (known[1] if known[0] is code else fast.sites_of(code)).get(offset)
+            sites = fast.last_sites if fast.last_code is code else fast.sites_of(code)
+            site = sites.get(offset)
             if site is None:
                 site = fast.site(code, offset, frame.f_lineno)
             try:
                 thread = _thread.frag
             except AttributeError:
                 thread = _thread_fields()
-            context = None if _context is None else _context()
-            last = fast.last_ctx
-            trace = last[1] if last[0] is context else fast.trace(context)
+            context = _context()
+            trace = fast.last_trace if fast.last_ctx is context else fast.trace(context)
             w = handler.writer
             templates = fast.templates if fast.key_head is w.key_head else fast.reset_templates()
             seq = next(w._seq)
             ts = _time_ns()
             if trace:
-                template = templates.get(-level) or fast.template(-level)
+                template = templates[level + 1] or fast.template(level + 1)
                 line = template % (ts, message, site, thread, seq, trace)
             else:
-                template = templates.get(level) or fast.template(level)
+                template = templates[level] or fast.template(level)
                 line = template % (ts, message, site, thread, seq)
             # SpoolWriter.write_line's lock-free case, inline; the writer does the rest.
             n = len(line)
@@ -329,7 +342,7 @@ def _level_method(level: int) -> Callable[..., None]:
                 return
             fd = w._fd
             try:
-                written = _write(fd, line)
+                written = _append(fd, line, w._size)
             except OSError as exc:
                 w.write_failed(exc, ts)
                 return

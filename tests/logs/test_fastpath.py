@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from nvrx_otel import record as rec
@@ -166,3 +170,161 @@ def test_lean_path_off_and_on_again_keeps_the_class(tmp_path: Path) -> None:
     log = setup_logger(node_local_tmp_dir=str(tmp_path), force_reset=True)
     log.info("lean again")
     assert [r["msg"] for r in log_records(tmp_path)] == ["full path", "lean again"]
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.msgs: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.msgs.append(record.getMessage())
+
+
+def _drop(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("drop")
+
+
+Change = Callable[[logging.Logger, logging.Handler, _Collect], object]
+
+
+def _set_filters(target: logging.Filterer, value: list[Any]) -> None:
+    target.filters[:] = value
+
+
+# (what the change is, apply, undo, what the full path must then show)
+CHANGES: list[tuple[str, Change, Change, str]] = [
+    (
+        "addFilter",
+        lambda lg, h, o: lg.addFilter(_drop),
+        lambda lg, h, o: lg.removeFilter(_drop),
+        "filtered",
+    ),
+    (
+        "filters.append",
+        lambda lg, h, o: lg.filters.append(_drop),
+        lambda lg, h, o: lg.filters.pop(),
+        "filtered",
+    ),
+    (
+        "filters[:] =",
+        lambda lg, h, o: _set_filters(lg, [_drop]),
+        lambda lg, h, o: _set_filters(lg, []),
+        "filtered",
+    ),
+    (
+        "handler addFilter",
+        lambda lg, h, o: h.addFilter(_drop),
+        lambda lg, h, o: h.removeFilter(_drop),
+        "filtered",
+    ),
+    (
+        "handler filters.insert",
+        lambda lg, h, o: h.filters.insert(0, _drop),
+        lambda lg, h, o: h.filters.clear(),
+        "filtered",
+    ),
+    (
+        "handler setLevel",
+        lambda lg, h, o: h.setLevel(logging.WARNING),
+        lambda lg, h, o: h.setLevel(0),
+        "filtered",
+    ),
+    (
+        "handler.level =",
+        lambda lg, h, o: setattr(h, "level", logging.WARNING),
+        lambda lg, h, o: setattr(h, "level", 0),
+        "filtered",
+    ),
+    ("addHandler", lambda lg, h, o: lg.addHandler(o), lambda lg, h, o: lg.removeHandler(o), "both"),
+    (
+        "handlers.append",
+        lambda lg, h, o: lg.handlers.append(o),
+        lambda lg, h, o: lg.handlers.remove(o),
+        "both",
+    ),
+    (
+        "handlers += ",
+        lambda lg, h, o: lg.handlers.__iadd__([o]),
+        lambda lg, h, o: lg.handlers.__delitem__(1),
+        "both",
+    ),
+    (
+        "propagate",
+        lambda lg, h, o: setattr(lg, "propagate", True),
+        lambda lg, h, o: setattr(lg, "propagate", False),
+        "root",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "apply", "undo", "shows"), CHANGES, ids=[c[0] for c in CHANGES])
+def test_every_change_to_handlers_filters_or_propagation_takes_effect_at_once(
+    tmp_path: Path, what: str, apply: Change, undo: Change, shows: str
+) -> None:
+    log = setup_logger(node_local_tmp_dir=str(tmp_path), force_reset=True)
+    (handler,) = log.handlers
+    other = _Collect()
+    root = logging.getLogger()
+    root.addHandler(other)  # sees only what propagates (the other handler is also added to log)
+    made: list[logging.LogRecord] = []
+    factory = logging.getLogRecordFactory()
+
+    def counting(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        made.append(factory(*args, **kwargs))
+        return made[-1]
+
+    logging.setLogRecordFactory(counting)
+    try:
+        log.info("lean 1")
+        apply(log, handler, other)
+        log.info("drop me")
+        log.warning("full")
+        undo(log, handler, other)
+        log.info("lean 2")
+    finally:
+        logging.setLogRecordFactory(factory)
+        root.removeHandler(other)
+    # LogRecords are made on the full path only; a handler level keeps higher levels lean.
+    full = ["drop me"] if "level" in what.lower() else ["drop me", "full"]
+    assert [r.getMessage() for r in made] == full
+    spooled = [r["msg"] for r in log_records(tmp_path)]
+    if shows == "filtered":
+        assert spooled == ["lean 1", "full", "lean 2"]
+    else:
+        assert spooled == ["lean 1", "drop me", "full", "lean 2"]
+        assert other.msgs == ["drop me", "full"]
+
+
+def test_a_plain_list_put_in_place_keeps_the_full_path_until_setup(tmp_path: Path) -> None:
+    log = setup_logger(node_local_tmp_dir=str(tmp_path), force_reset=True)
+    (handler,) = log.handlers
+    log.filters = [_drop]  # a plain list: its later changes could not be seen
+    log.info("drop me")
+    log.filters = []
+    handler.filters = []
+    handler.filters.append(_drop)
+    log.info("drop me too")
+    log.info("kept")
+    assert log._nvrx_fast.lean_from > logging.CRITICAL  # type: ignore[attr-defined]
+    log = setup_logger(node_local_tmp_dir=str(tmp_path), force_reset=True)
+    assert log._nvrx_fast.lean_from == 0  # type: ignore[attr-defined]
+    log.info("lean again")
+    assert [r["msg"] for r in log_records(tmp_path)] == ["kept", "lean again"]
+
+
+def test_a_logger_made_before_setup_gets_the_lean_path_and_watched_lists(tmp_path: Path) -> None:
+    script = f"""
+import logging
+early = logging.getLogger("nvrx")  # made by the application before setup_logger ran
+from nvrx_otel.logging import setup_logger
+log = setup_logger(node_local_tmp_dir={str(tmp_path)!r})
+assert log is early and type(log).__name__ == "FastLogger", type(log)
+assert log._nvrx_fast.lean_from == 0
+log.info("lean")
+log.addFilter(lambda r: r.getMessage() != "drop me")
+log.info("drop me")
+log.info("full")
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert [r["msg"] for r in log_records(tmp_path)] == ["lean", "full"]

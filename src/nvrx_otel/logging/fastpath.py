@@ -5,7 +5,8 @@ walking the handler machinery is pure overhead. ``install`` switches the logger 
 subclass whose ``debug``/``info``/.../``log`` look up the caller's frame, format the
 message and append one line to the spool. The moment a user adds a filter or a handler,
 or turns propagation on, each call builds a real ``LogRecord`` with the same caller
-information and hands it to ``Logger.handle`` (the full stdlib path).
+information and hands it to ``Logger.handle`` (the full stdlib path). The logger and the
+handler learn of such changes as they happen (``watched.py``), so a call tests one number.
 
 The disabled-level check is the stdlib's own ``isEnabledFor`` in a method of the same
 shape as stdlib's, so a disabled call costs what it costs stdlib.
@@ -22,13 +23,14 @@ import time
 import traceback
 from collections.abc import Callable
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from nvrx_otel import _tracectx
 from nvrx_otel import record as rec
 from nvrx_otel.logging.handler import SpoolHandler, add_exception, format_message, report_error
+from nvrx_otel.logging.watched import WatchedList
 from nvrx_otel.spool import writer as spool_writer
 
 _SRCFILE = os.path.normcase(logging.addLevelName.__code__.co_filename)
@@ -42,6 +44,8 @@ _context: Callable[[], Any] = (
 )
 _KEY = _tracectx.SPAN_KEY
 _UNSET = object()
+_NEVER = 1 << 62  # _Fast.lean_from while the lean path is off: no level reaches it
+_LOGGER_INPUTS = frozenset({"propagate", "filters", "handlers"})  # of _Fast.recheck
 _thread = threading.local()
 _getframe = sys._getframe
 _append = spool_writer.append
@@ -80,7 +84,6 @@ def _stack_text(frame: FrameType) -> str:
 # all but the time, the message and the seq are cached as ready bytes.
 _TEMPLATE = b'"ts":%%d,"msg":%%b,%%b%%b"key":"%b-%%d"'
 _TEMPLATE_SLOTS = 52  # templates by level (10, 20, ... 50) and level + 1 (traced)
-_NO_TEMPLATES: list[bytes | None] = []  # never matches a writer: the first call fills a list
 _MAX_SITES = 4096  # call sites cached per logger; beyond, the cache starts over
 
 
@@ -101,12 +104,13 @@ class _Fast:
     """Per-logger fast-path state (a plain object: attribute lookups stay cheap)."""
 
     __slots__ = (
+        "__weakref__",
         "handler",
-        "key_head",
         "last_code",
         "last_ctx",
         "last_sites",
         "last_trace",
+        "lean_from",
         "logger",
         "only",
         "prefixes",
@@ -120,8 +124,7 @@ class _Fast:
         # The logger's handlers while the lean path may run (never, without a handler).
         self.only: list[logging.Handler] | None = [handler] if handler is not None else None
         self.prefixes: dict[int, bytes] = {}
-        self.templates: list[bytes | None] = _NO_TEMPLATES
-        self.key_head = b""  # the writer id the templates were made for (a fork changes it)
+        self.templates: list[bytes | None] = [None] * _TEMPLATE_SLOTS
         self.sites: dict[CodeType, dict[int, bytes]] = {}  # code -> instruction offset -> fields
         # The last caller's code and its sites: a code object hashes all its constants on
         # every lookup, and a loop logs from one function many times in a row.
@@ -132,6 +135,40 @@ class _Fast:
         # being reused by another object.
         self.last_ctx: object = _UNSET
         self.last_trace = b""
+        # The lowest level that may take the lean path (_NEVER: none): worked out again
+        # whenever one of its inputs changes (watched.py), not read on every call.
+        self.lean_from = _NEVER
+        if handler is not None:
+            handler._lean_users.add(self)
+            handler.writer.watch_starts(self)  # the templates hold its id and identity
+        self.recheck()
+
+    def recheck(self) -> None:
+        """Whether a call may skip the LogRecord: only our handler would see it and nothing
+        would filter it. Every list read here is watched; a plain list put in the place of
+        one keeps the full path."""
+        logger = self.logger
+        handler = self.handler
+        ok = (
+            self.only is not None
+            and not logger.propagate
+            and type(logger.filters) is WatchedList
+            and not logger.filters
+            and type(logger.handlers) is WatchedList
+            and logger.handlers == self.only
+            and type(handler.filters) is WatchedList
+            and not handler.filters
+            and type(handler.level) is int
+        )
+        self.lean_from = handler.level if ok else _NEVER
+
+    def inputs_changed(self, done: bool) -> None:
+        """An input of ``recheck`` changed (``done``) or is about to (the lean path stops
+        until it is done)."""
+        if done:
+            self.recheck()
+        else:
+            self.lean_from = _NEVER
 
     def prefix(self, level: int) -> bytes:
         """The constant head of every line of this logger at ``level``."""
@@ -147,11 +184,9 @@ class _Fast:
             head = self.prefixes[level] = b"{" + _fields(fields)
         return head
 
-    def reset_templates(self) -> list[bytes | None]:
-        """Forget the templates: the handler's writer changed (a fork makes a new one)."""
+    def writer_started(self) -> None:
+        """Forget the templates: the writer has a new id and identity (a forked child)."""
         self.templates = [None] * _TEMPLATE_SLOTS
-        self.key_head = self.handler.writer.key_head
-        return self.templates
 
     def template(self, slot: int) -> bytes:
         """The line template at ``slot``: for level ``slot``, or for level ``slot - 1``
@@ -228,17 +263,8 @@ class _Fast:
         logger.handle(record)
 
     def lean(self, level: int) -> bool:
-        """Whether a call at ``level`` may skip the LogRecord: only our handler would see it
-        and nothing would filter it. (The level methods inline this test.)"""
-        logger = self.logger
-        handler = self.handler
-        return not (
-            logger.propagate
-            or logger.filters
-            or logger.handlers != self.only
-            or handler.filters
-            or level < handler.level
-        )
+        """Whether a call at ``level`` may skip the LogRecord (see ``recheck``)."""
+        return level >= self.lean_from
 
     def emit(
         self, level: int, msg: object, args: Any, kwargs: dict[str, Any], frame: FrameType
@@ -294,15 +320,7 @@ def _level_method(level: int) -> Callable[..., None]:
                 return
             # The caller (LoggerAdapter and other stdlib callers go through log()).
             frame = _getframe(1)
-            code = frame.f_code
-            handler = fast.handler
-            if (  # _Fast.lean, inline
-                self.propagate
-                or self.filters
-                or self.handlers != fast.only
-                or handler.filters
-                or level < handler.level
-            ):
+            if level < fast.lean_from:  # _Fast.lean, inline
                 fast.full(level, msg, args, frame, kwargs)
                 return
             try:
@@ -315,6 +333,7 @@ def _level_method(level: int) -> Callable[..., None]:
             # Keyed by the call's instruction offset: f_lineno walks the line table from the
             # function's start, which in a long training loop costs more than the whole call.
             offset = frame.f_lasti
+            code = frame.f_code
             sites = fast.last_sites if fast.last_code is code else fast.sites_of(code)
             site = sites.get(offset)
             if site is None:
@@ -325,8 +344,8 @@ def _level_method(level: int) -> Callable[..., None]:
                 thread = _thread_fields()
             context = _context()
             trace = fast.last_trace if fast.last_ctx is context else fast.trace(context)
-            w = handler.writer
-            templates = fast.templates if fast.key_head is w.key_head else fast.reset_templates()
+            w = fast.handler.writer
+            templates = fast.templates
             seq = next(w._seq)
             ts = _time_ns()
             if trace:
@@ -379,6 +398,18 @@ class FastLogger(logging.Logger):
     def __init__(self, name: str, level: int | str = logging.NOTSET) -> None:
         super().__init__(name, level)
         self._nvrx_fast = _Fast(self, None)  # set here: born with the class, reads stay fast
+        _watch(self)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in _LOGGER_INPUTS:
+            fast = getattr(self, "_nvrx_fast", None)  # not __dict__: it would undo inline values
+            if fast is not None:
+                fast.recheck()
+
+    def _nvrx_list_changed(self, done: bool) -> None:
+        """``handlers`` or ``filters`` changed (``done``) or are about to: see watched.py."""
+        self._nvrx_fast.inputs_changed(done)
 
     debug = _level_method(logging.DEBUG)
     info = _level_method(logging.INFO)
@@ -434,6 +465,7 @@ def install(logger: logging.Logger, handler: SpoolHandler) -> bool:
     and keeps the full path. Returns whether the lean path is on.
     """
     if type(logger) is FastLogger:
+        _watch(logger)
         logger._nvrx_fast = _Fast(logger, handler)
         return True
     if type(logger) is not logging.Logger:
@@ -441,9 +473,20 @@ def install(logger: logging.Logger, handler: SpoolHandler) -> bool:
     # A class switch turns the instance's attribute storage into a plain dict, which
     # CPython 3.11 cannot specialise attribute reads for (~5x slower): FastLoggers are
     # born as such (get_fast_logger) and never switched back (see uninstall).
-    logger._nvrx_fast = _Fast(logger, handler)  # type: ignore[attr-defined]
+    logger._nvrx_fast = _Fast(logger, None)  # type: ignore[attr-defined]
     logger.__class__ = FastLogger
+    _watch(cast(FastLogger, logger))
+    logger._nvrx_fast = _Fast(logger, handler)  # type: ignore[attr-defined]
     return True
+
+
+def _watch(logger: FastLogger) -> None:
+    """Give ``logger`` watched ``filters``/``handlers`` lists (same items) where it has
+    plain ones: the lean path runs only while both are watched."""
+    for name in ("filters", "handlers"):
+        items = getattr(logger, name)
+        if type(items) is not WatchedList:
+            setattr(logger, name, WatchedList(logger, items))
 
 
 def uninstall(logger: logging.Logger) -> None:

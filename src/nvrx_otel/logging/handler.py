@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 import traceback
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
@@ -15,8 +16,11 @@ from typing import Any
 from nvrx_otel import _tracectx
 from nvrx_otel import record as rec
 from nvrx_otel.identity import get_identity
+from nvrx_otel.logging.watched import WatchedList
 from nvrx_otel.spool.paths import job_dir
 from nvrx_otel.spool.writer import DEFAULT_MAX_FILE_SIZE, SpoolWriter, writer_for_root
+
+_LEAN_INPUTS = frozenset({"level", "filters"})  # a SpoolHandler's, for the lean path
 
 SPOOLED_ATTR = "nvrx_spooled"
 """Set on a LogRecord once it reached the spool, so other front ends never spool it twice."""
@@ -149,7 +153,11 @@ class SpoolHandler(logging.Handler):
         budget: int | None = None,
         level: int = logging.NOTSET,
     ) -> None:
+        # The lean paths (logging.fastpath) that write through this handler: told when its
+        # level or filters change.
+        self._lean_users: weakref.WeakSet[Any] = weakref.WeakSet()
         super().__init__(level)
+        self.filters = WatchedList(self)
         if directory is None:
             directory = os.environ.get("NVRX_NODE_LOCAL_TMPDIR") or None
             if directory is None:
@@ -157,6 +165,18 @@ class SpoolHandler(logging.Handler):
         self.writer: SpoolWriter = writer_for_root(
             directory, proc=proc, max_file_size=max_file_size, budget=budget
         )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in _LEAN_INPUTS:
+            self._nvrx_list_changed(True)
+
+    def _nvrx_list_changed(self, done: bool) -> None:
+        """The level or the filters changed (``done``) or are about to: see watched.py."""
+        users = getattr(self, "_lean_users", None)  # not __dict__ (see fastpath)
+        if users:
+            for fast in list(users):
+                fast.inputs_changed(done)
 
     def handle(self, record: logging.LogRecord) -> bool:
         """``Handler.handle`` without the handler's lock: the writer takes none on its

@@ -80,8 +80,16 @@ class SpoolWriter:
         default_budget = DEFAULT_MAX_FILES * self.max_file_size
         self.budget = max(self.max_file_size, default_budget if budget is None else budget)
         self._lock = threading.Lock()
+        # Objects that cache pieces of this writer's lines (the logging fast path): told
+        # whenever the writer (re)starts with a new id and identity.
+        self._start_watchers: weakref.WeakSet[Any] = weakref.WeakSet()
         self._start()
         _all_writers.add(self)
+
+    def watch_starts(self, watcher: Any) -> None:
+        """Call ``watcher.writer_started()`` after each later (re)start of this writer: a
+        forked child's, or a new process name's (new writer id, identity and key)."""
+        self._start_watchers.add(watcher)
 
     # -- state that a forked child must replace ------------------------------------------
 
@@ -123,6 +131,8 @@ class SpoolWriter:
         self._proc_name = self.proc or (
             f"rank{ident.workload_rank}" if ident.workload_rank is not None else "proc"
         )
+        for watcher in list(self._start_watchers):
+            watcher.writer_started()
 
     def _after_fork_in_child(self) -> None:
         """In a forked child: drop the parent's descriptors (its locks stay the parent's)."""

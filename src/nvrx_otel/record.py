@@ -68,7 +68,7 @@ class LogRecord(Identity, total=False):
     pid: int
     tid: int  # thread id
     tn: str  # thread name
-    key: str  # nv.nvrx.record.key: "<writer>-<seq>", see seq_of
+    key: str  # nv.nvrx.record.key: "<writer>-<seq hex>", see seq_of
     trace_id: str  # 32 lowercase hex, present inside a valid span
     span_id: str  # 16 lowercase hex
     tf: int  # trace flags
@@ -109,9 +109,10 @@ SEVERITY_BY_LEVEL: Final[dict[str, int]] = {
 
 
 def seq_of(key: str) -> int:
-    """The sequence number in a record's ``key`` (``<writer>-<seq>``): the writer counts
-    every record it emits (log, drop, span), across all its files, from 0."""
-    return int(key.rpartition("-")[2])
+    """The sequence number in a record's ``key`` (``<writer>-<seq>``, ``seq`` in lowercase
+    hex): the writer counts every record it emits (log, drop, span), across all its files,
+    from 0."""
+    return int(key.rpartition("-")[2], 16)
 
 
 def severity_of(levelno: int) -> int:

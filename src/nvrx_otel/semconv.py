@@ -75,7 +75,7 @@ PROCESS_NAME: Final = "nv.nvrx.process.name"
 """Role name of the process as given by the caller (NVRx's node_local_tmp_prefix), e.g. the launcher or a monitor."""
 
 RECORD_KEY: Final = "nv.nvrx.record.key"
-"""Per-record de-duplication key, the writer's random 64-bit id and its sequence number as `<16 hex>-<seq>`; unique per record and stable across re-delivery."""
+"""Per-record de-duplication key, the writer's random 64-bit id and its sequence number as `<16 hex>-<hex seq>`; unique per record and stable across re-delivery."""
 
 RESTART_CYCLE: Final = "nv.nvrx.restart.cycle"
 """Restart cycle of the job, 0 for the first run (TORCHELASTIC_RESTART_COUNT, or the fault-tolerance launcher's cycle)."""

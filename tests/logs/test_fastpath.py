@@ -328,3 +328,15 @@ log.info("full")
 """
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     assert [r["msg"] for r in log_records(tmp_path)] == ["lean", "full"]
+
+
+def test_lean_keys_count_in_hex_like_the_writer(tmp_path: Path) -> None:
+    log = setup_logger(node_local_tmp_dir=str(tmp_path), force_reset=True)
+    (handler,) = log.handlers
+    writer = handler.writer  # type: ignore[attr-defined]
+    for i in range(11):
+        log.info("n %d", i)
+    logging.getLogger("nvrx").log(logging.INFO, "general path")  # the writer's own key
+    keys = [r["key"] for r in log_records(tmp_path)]
+    first = rec.seq_of(keys[0])
+    assert keys == [f"{writer.writer_id}-{first + i:x}" for i in range(12)]

@@ -47,12 +47,13 @@ def test_records_carry_key_seq_and_identity(
     monkeypatch.setenv("SLURM_PROCID", "1")
     monkeypatch.setenv("NVRX_OTEL_NODE_ID", "n7")
     w = SpoolWriter(tmp_path)
-    for i in range(3):
+    for i in range(12):
         w.emit(_log(str(i)))
     w.close()
     recs = log_records(tmp_path)
-    assert [rec.seq_of(r["key"]) for r in recs] == [0, 1, 2]
-    assert [r["key"] for r in recs] == [f"{w.writer_id}-{i}" for i in range(3)]
+    assert [rec.seq_of(r["key"]) for r in recs] == list(range(12))
+    assert [r["key"][-2:] for r in recs[9:]] == ["-9", "-a", "-b"]  # the seq in hex
+    assert all(r["key"] == f"{w.writer_id}-{i:x}" for i, r in enumerate(recs))
     assert all(r["rank"] == 3 and r["irank"] == 1 and r["node"] == "n7" for r in recs)
     assert "lrank" not in recs[0]  # unknown stays absent
 

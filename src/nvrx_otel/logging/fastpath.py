@@ -82,7 +82,7 @@ def _stack_text(frame: FrameType) -> str:
 # A plain call's line is one bytes formatting of a per-level template (level head, writer
 # id and identity filled in) with the time, message, call site, thread, seq and trace ids;
 # all but the time, the message and the seq are cached as ready bytes.
-_TEMPLATE = b'"ts":%%d,"msg":%%b,%%b%%b"key":"%b-%%d"'
+_TEMPLATE = b'"ts":%%d,"msg":%%b,%%b%%b"key":"%b-%%x"'
 _TEMPLATE_SLOTS = 52  # templates by level (10, 20, ... 50) and level + 1 (traced)
 _MAX_SITES = 4096  # call sites cached per logger; beyond, the cache starts over
 

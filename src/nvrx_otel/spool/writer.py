@@ -150,7 +150,7 @@ class SpoolWriter:
     def emit(self, record: dict[str, Any]) -> None:
         """Append one record (a ``record.LogRecord``-shaped dict without v/seq/key/identity)."""
         record["v"] = rec.SCHEMA_VERSION
-        record["key"] = f"{self.writer_id}-{next(self._seq)}"
+        record["key"] = f"{self.writer_id}-{next(self._seq):x}"
         try:
             body = _dumps(record)
         except (TypeError, orjson.JSONEncodeError):
@@ -161,7 +161,7 @@ class SpoolWriter:
     def next_key(self) -> str:
         """The next record's ``key``, ``<writer>-<seq>`` (for front ends that build whole
         lines themselves)."""
-        return f"{self.writer_id}-{next(self._seq)}"
+        return f"{self.writer_id}-{next(self._seq):x}"
 
     def write_line(self, line: bytes, ts: int) -> None:
         """Append one encoded line; counts it as dropped if it cannot be written."""

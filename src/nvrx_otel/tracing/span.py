@@ -201,7 +201,7 @@ class LeanSpan(trace.Span):
             "attrs": attrs,
             "links": self._links,
             "v": _V,
-            "key": f"{w.writer_id}-{seq}",
+            "key": f"{w.writer_id}-{seq:x}",
         }
         if parent is not None:
             record["parent_id"] = parent.span_id.to_bytes(8, "big").hex()

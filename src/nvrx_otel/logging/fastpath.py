@@ -108,8 +108,6 @@ class _Fast:
         "handler",
         "last_code",
         "last_ctx",
-        "last_sites",
-        "last_trace",
         "lean_from",
         "logger",
         "only",
@@ -127,14 +125,13 @@ class _Fast:
         self.templates: list[bytes | None] = [None] * _TEMPLATE_SLOTS
         self.sites: dict[CodeType, dict[int, bytes]] = {}  # code -> instruction offset -> fields
         # The last caller's code and its sites: a code object hashes all its constants on
-        # every lookup, and a loop logs from one function many times in a row.
-        self.last_code: object = None
-        self.last_sites: dict[int, bytes] = {}
+        # every lookup, and a loop logs from one function many times in a row. (One tuple:
+        # another thread must never see one thread's code with another's sites.)
+        self.last_code: tuple[object, dict[int, bytes]] = (None, {})
         # The last context seen and the encoded ids of its span. A context never changes
         # once current (a new span makes a new one), and holding it keeps its identity from
-        # being reused by another object.
-        self.last_ctx: object = _UNSET
-        self.last_trace = b""
+        # being reused by another object. (One tuple, as last_code.)
+        self.last_ctx: tuple[object, bytes] = (_UNSET, b"")
         # The lowest level that may take the lean path (_NEVER: none): worked out again
         # whenever one of its inputs changes (watched.py), not read on every call.
         self.lean_from = _NEVER
@@ -210,8 +207,7 @@ class _Fast:
         encoded = _fields({"path": code.co_filename, "line": lineno, "fn": code.co_name})
         sites = self.sites.setdefault(code, {})
         sites[offset] = encoded
-        self.last_code = code
-        self.last_sites = sites
+        self.last_code = (code, sites)
         return encoded
 
     def sites_of(self, code: CodeType) -> dict[int, bytes]:
@@ -219,8 +215,7 @@ class _Fast:
         sites = self.sites.get(code)
         if sites is None:
             return {}
-        self.last_code = code
-        self.last_sites = sites
+        self.last_code = (code, sites)
         return sites
 
     def trace(self, context: Any) -> bytes:
@@ -237,8 +232,7 @@ class _Fast:
                     int(ids.trace_flags),
                 )
         if context is not None:
-            self.last_ctx = context
-            self.last_trace = encoded
+            self.last_ctx = (context, encoded)
         return encoded
 
     def full(
@@ -334,8 +328,8 @@ def _level_method(level: int) -> Callable[..., None]:
             # function's start, which in a long training loop costs more than the whole call.
             offset = frame.f_lasti
             code = frame.f_code
-            sites = fast.last_sites if fast.last_code is code else fast.sites_of(code)
-            site = sites.get(offset)
+            known = fast.last_code
+            site = (known[1] if known[0] is code else fast.sites_of(code)).get(offset)
             if site is None:
                 site = fast.site(code, offset, frame.f_lineno)
             try:
@@ -343,7 +337,8 @@ def _level_method(level: int) -> Callable[..., None]:
             except AttributeError:
                 thread = _thread_fields()
             context = _context()
-            trace = fast.last_trace if fast.last_ctx is context else fast.trace(context)
+            last = fast.last_ctx
+            trace = last[1] if last[0] is context else fast.trace(context)
             w = fast.handler.writer
             templates = fast.templates
             seq = next(w._seq)

@@ -55,6 +55,26 @@ def _make_getter() -> Callable[[], Any]:
 current_span: Callable[[], Any] = _make_getter()
 """The current span object, or None when there is none (the fast getter) / INVALID_SPAN."""
 
+context: Callable[[], Any] = (lambda: None) if CONTEXT_VAR is None else CONTEXT_VAR.get
+"""The current context of the default runtime (None with another runtime): hot paths key
+caches on it, as a context never changes once current (a new span makes a new one)."""
+
+
+def encoded_ids(ctx: Any) -> bytes:
+    """``,"trace_id":"…","span_id":"…","tf":N`` for the valid span in ``ctx`` (a value of
+    ``context()``; None: the public API's current span), else ``b""``."""
+    span = current_span() if ctx is None else ctx.get(SPAN_KEY)
+    if span is None:
+        return b""
+    ids = span.get_span_context()
+    if not ids.is_valid:
+        return b""
+    return b',"trace_id":"%032x","span_id":"%016x","tf":%d' % (
+        ids.trace_id,
+        ids.span_id,
+        int(ids.trace_flags),
+    )
+
 
 def add_ids(record: dict[str, Any]) -> None:
     """Add ``trace_id``/``span_id``/``tf`` of the current valid span to ``record``."""

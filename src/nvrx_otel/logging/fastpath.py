@@ -29,7 +29,13 @@ import orjson
 
 from nvrx_otel import _tracectx
 from nvrx_otel import record as rec
-from nvrx_otel.logging.handler import SpoolHandler, add_exception, format_message, report_error
+from nvrx_otel.logging.handler import (
+    SpoolHandler,
+    add_exception,
+    encoded_fields,
+    format_message,
+    report_error,
+)
 from nvrx_otel.logging.watched import WatchedList
 from nvrx_otel.spool import writer as spool_writer
 
@@ -38,11 +44,7 @@ _SEV = {lv: rec.severity_of(lv) for lv in (10, 20, 30, 40, 50)}
 _dumps = orjson.dumps
 _time_ns = time.time_ns
 _get_ident = threading.get_ident
-_current_span = _tracectx.current_span
-_context: Callable[[], Any] = (
-    (lambda: None) if _tracectx.CONTEXT_VAR is None else _tracectx.CONTEXT_VAR.get
-)
-_KEY = _tracectx.SPAN_KEY
+_context = _tracectx.context
 _UNSET = object()
 _NEVER = 1 << 62  # _Fast.lean_from while the lean path is off: no level reaches it
 _LOGGER_INPUTS = frozenset({"propagate", "filters", "handlers"})  # of _Fast.recheck
@@ -87,15 +89,10 @@ _TEMPLATE_SLOTS = 52  # templates by level (10, 20, ... 50) and level + 1 (trace
 _MAX_SITES = 4096  # call sites cached per logger; beyond, the cache starts over
 
 
-def _fields(fields: dict[str, Any]) -> bytes:
-    """``fields`` as the inside of a JSON object followed by a comma (never raises)."""
-    return rec.encode(fields)[1:-2] + b","
-
-
 def _thread_fields() -> bytes:
     """The current thread's ``tid``/``tn`` fields, encoded once per thread."""
     name = threading.current_thread().name
-    frag: bytes = _fields({"tid": _get_ident(), "tn": name})
+    frag: bytes = encoded_fields({"tid": _get_ident(), "tn": name})
     _thread.frag = frag
     return frag
 
@@ -178,7 +175,7 @@ class _Fast:
                 "lvl": logging.getLevelName(level),
                 "lg": self.logger.name,
             }
-            head = self.prefixes[level] = b"{" + _fields(fields)
+            head = self.prefixes[level] = b"{" + encoded_fields(fields)
         return head
 
     def writer_started(self) -> None:
@@ -204,7 +201,7 @@ class _Fast:
         once (``lineno`` is the line of that instruction)."""
         if len(self.sites) >= _MAX_SITES:
             self.sites = {}
-        encoded = _fields({"path": code.co_filename, "line": lineno, "fn": code.co_name})
+        encoded = encoded_fields({"path": code.co_filename, "line": lineno, "fn": code.co_name})
         sites = self.sites.setdefault(code, {})
         sites[offset] = encoded
         self.last_code = (code, sites)
@@ -221,16 +218,7 @@ class _Fast:
     def trace(self, context: Any) -> bytes:
         """The ``trace_id``/``span_id``/``tf`` fields of the span current in ``context``
         (None: in the public API's current context); empty without a valid span."""
-        span = _current_span() if context is None else context.get(_KEY)
-        encoded = b""
-        if span is not None:
-            ids = span.get_span_context()
-            if ids.is_valid:
-                encoded = b',"trace_id":"%032x","span_id":"%016x","tf":%d' % (
-                    ids.trace_id,
-                    ids.span_id,
-                    int(ids.trace_flags),
-                )
+        encoded = _tracectx.encoded_ids(context)
         if context is not None:
             self.last_ctx = (context, encoded)
         return encoded

@@ -5,7 +5,6 @@ the writer after a fork)."""
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ from nvrx_otel.identity import set_identity
 from nvrx_otel.logging import fastpath, setup_logger
 from nvrx_otel.logging.fastpath import FastLogger
 from tests.conftest import log_records
+from tests.logs.forked import check_child_writes_its_own_keys
 
 
 def _ids(span: object) -> str:
@@ -122,22 +122,7 @@ def test_alternating_callers_keep_their_own_sites(tmp_path: Path) -> None:
 
 
 def test_fork_child_writes_its_own_keys_and_pid(tmp_path: Path) -> None:
-    log = setup_logger(node_local_tmp_dir=str(tmp_path))
-    log.info("parent before")
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            log.info("child")
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-    log.info("parent after")
-    by_msg = {r["msg"]: r for r in log_records(tmp_path)}
-    child, parent = by_msg["child"], by_msg["parent before"]
-    assert child["pid"] == pid and parent["pid"] == os.getpid()
-    assert child["key"].split("-")[0] != parent["key"].split("-")[0]
-    assert rec.seq_of(child["key"]) == 0  # the child's writer counts from 0
-    assert by_msg["parent after"]["key"].split("-")[0] == parent["key"].split("-")[0]
+    check_child_writes_its_own_keys(setup_logger(node_local_tmp_dir=str(tmp_path)), tmp_path)
 
 
 def test_percent_signs_in_the_identity_are_kept(tmp_path: Path) -> None:

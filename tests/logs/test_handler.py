@@ -17,6 +17,7 @@ from nvrx_otel import record as rec
 from nvrx_otel.logging import SpoolHandler
 from nvrx_otel.logging.handler import from_log_record
 from tests.conftest import log_records
+from tests.logs.forked import check_child_writes_its_own_keys
 
 HERE = Path(__file__).name
 
@@ -103,20 +104,4 @@ def test_records_that_are_not_plain_take_the_dict_path(
 def test_a_forked_child_writes_its_own_writer_id(
     tmp_path: Path, app: tuple[logging.Logger, SpoolHandler]
 ) -> None:
-    log, handler = app
-    log.info("parent")
-    pid = os.fork()
-    if pid == 0:
-        try:
-            log.info("child")
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-    log.info("parent again")
-    got = {r["msg"]: r for r in log_records(tmp_path)}
-    parent_id = handler.writer.writer_id
-    assert (
-        got["parent"]["key"].split("-")[0] == parent_id == got["parent again"]["key"].split("-")[0]
-    )
-    assert got["child"]["key"].split("-")[0] != parent_id and got["child"]["pid"] == pid
-    assert rec.seq_of(got["child"]["key"]) == 0
+    check_child_writes_its_own_keys(app[0], tmp_path)

@@ -87,3 +87,35 @@ def test_hold_window_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.delenv("NVRX_OTEL_HOLD_WINDOW_MS")
     cfg = AggregatorConfig.from_env(log_dir=Path("l"), spool_root=Path("s"), strict=True)
     assert cfg.hold_window_ms == 2000
+
+
+def test_losses_and_rotations_are_accounted_in_chronological_mode(tmp_path: Path) -> None:
+    """Records wait in the blocks the reader made: a block released in parts, a loss report
+    counting for many records and a writer's rotation to its next file must all still add
+    up (emitted = in the node log + reported dropped) and every file must be done."""
+    base = time.time_ns() - 10_000 * MS
+    a = FakeWriter(spool_dir(tmp_path), writer="000000000000000a", identity={"rank": 0})
+    b = FakeWriter(spool_dir(tmp_path), writer="000000000000000b", identity={"rank": 1})
+    for i in range(30):
+        a.log(f"a{i}", ts=base + (2 * i) * MS)
+        b.log(f"b{i}", ts=base + (2 * i + 1) * MS)
+        if i == 10:
+            a.drop(5, base + 20 * MS, base + 21 * MS)
+        if i == 20:
+            a.rotate()
+    a.close()
+    b.close()
+    with running(config(tmp_path, chrono=True, hold_window_ms=50)) as agg:
+        wait_for(lambda: agg.health.written == 61, what="all records")
+        wait_for(  # a's first file may be deleted already: consumed, its writer moved on
+            lambda: all(f.done == f.size and not f.held for f in agg._spool.tracked),
+            what="files consumed",
+        )
+    got = messages(log_path(tmp_path))
+    assert len(got) == 61
+    for w in "ab":  # (the loss report's timestamp is now: a's later records follow all of b's)
+        assert [m for m in got if m[0] == w] == [f"{w}{i}" for i in range(30)]
+    assert got[:22] == [f"{w}{i}" for i in range(11) for w in "ab"]
+    assert agg.health.dropped == 5
+    stats = agg._out.log.stats  # per writer: rank, pid, records accounted, first, last
+    assert stats["000000000000000a"][2] == 30 + 5 and stats["000000000000000b"][2] == 30

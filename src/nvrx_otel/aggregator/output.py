@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from nvrx_otel.aggregator.health import Health, say
-from nvrx_otel.aggregator.merge import Entry
+from nvrx_otel.aggregator.merge import Released
 from nvrx_otel.aggregator.nodelog import (
     Backup,
     NodeLogFile,
@@ -60,33 +60,26 @@ class Output:
         acct = (f.writer, f.identity.get("rank"), f.pid, chunk.weight, first, last)
         self.write(records, [acct], clean=chunk.clean)
 
-    def entries(self, entries: list[Entry]) -> None:
+    def released(self, released: Released) -> None:
         """Write records released by the chronological merge and advance each file's
         ``done`` to the last of its records written (to all it read when none is held)."""
-        if not entries:
+        if not released.records:
             return
         acct: dict[SpoolFile, list[int]] = {}  # weight, first ts, last ts, last end, count
-        records: list[dict[str, Any]] = []
-        append = records.append
-        clean = True
-        for ts, record, f, end, weight, clean_one in entries:
-            append(record)
-            a = acct.get(f)
+        for p in released.pieces:
+            a = acct.get(p.file)
             if a is None:
-                a = acct[f] = [0, ts, ts, 0, 0]
-            a[0] += weight
-            if ts < a[1]:
-                a[1] = ts
-            elif ts > a[2]:
-                a[2] = ts
-            a[3] = end
-            a[4] += 1
-            if not clean_one:
-                clean = False
+                acct[p.file] = [p.weight, p.first, p.last, p.end, p.count]
+                continue
+            a[0] += p.weight
+            a[1] = min(a[1], p.first)
+            a[2] = max(a[2], p.last)
+            a[3] = p.end  # a file's pieces come in file order
+            a[4] += p.count
         self.write(
-            records,
+            released.records,
             [(f.writer, f.identity.get("rank"), f.pid, a[0], a[1], a[2]) for f, a in acct.items()],
-            clean=clean,
+            clean=released.clean,
         )
         for f, a in acct.items():
             f.held -= a[4]

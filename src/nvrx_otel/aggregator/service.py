@@ -415,7 +415,7 @@ class Aggregator:
                     backlog = True  # more to read in this file, or the cycle's budget is spent
                     break  # the rest of this file before the writer's next file
         if self._merge is not None:
-            self._out.entries(self._merge.pop(time.time_ns()))
+            self._out.released(self._merge.pop(time.time_ns()))
         if self._otlp is not None:
             self._dirty = self._dirty or self._otlp.dirty
         if self._dirty and (not backlog or time.monotonic() - self._last_commit >= COMMIT_EVERY_S):
@@ -548,7 +548,7 @@ class Aggregator:
             reason += "; the node log could not be written"
         else:
             if self._merge is not None:
-                self._out.entries(self._merge.pop(None))
+                self._out.released(self._merge.pop(None))
             self._commit()
             if self._otlp is not None:  # export what the node log has, within the drain time
                 deadline = self._deadline

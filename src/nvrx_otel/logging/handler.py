@@ -269,7 +269,7 @@ class SpoolHandler(logging.Handler):
 
     def handle(self, record: logging.LogRecord) -> bool:
         """``Handler.handle`` without the handler's lock: the writer takes none on its
-        hot path (one ``os.write`` per record), so neither does the handler."""
+        hot path (one write per record), so neither does the handler."""
         rv: Any = self.filter(record) if self.filters else True
         if isinstance(rv, logging.LogRecord):  # a filter may return a replacement (3.12+)
             record = rv

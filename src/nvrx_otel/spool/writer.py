@@ -1,4 +1,4 @@
-"""The per-process spool writer: append-only, one ``os.write`` per record, fork-safe.
+"""The per-process spool writer: append-only, one write per record, fork-safe.
 
 See ``docs/spool-format.md`` for the rules this implements. The hot path takes no lock:
 ``next()`` on an ``itertools.count`` is atomic under the GIL, and concurrent ``O_APPEND``

@@ -166,6 +166,16 @@ class Collector:
                 self._log.close()
                 self._log = None
 
+    def kill(self) -> None:
+        """SIGKILL, as a crash or the OOM killer would: no drain, no flush."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

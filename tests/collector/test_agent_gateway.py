@@ -297,3 +297,43 @@ def test_scaleout_keeps_traces_and_resources_on_one_gateway(
     assert all(len(homes) == 1 for homes in trace_home.values()), trace_home
     assert all(len(homes) == 1 for homes in resource_home.values()), resource_home
     assert {h for homes in trace_home.values() for h in homes} == {0, 1}  # both got traces
+
+
+@pytest.mark.collector
+def test_agent_queue_on_disk_survives_kill_9(make_collector: MakeCollector, tmp_path: Path) -> None:
+    """Records the agent acknowledged while the gateway was down are on its disk queue: an
+    agent killed with SIGKILL and started again delivers every one, once, when the gateway
+    comes up."""
+    gw_ports, ag_ports = Ports.pick(2)
+    out = tmp_path / "out"
+    storage = tmp_path / "agent-storage"
+    env = agent_env(ag_ports, storage, gw_ports.grpc, NVRX_OTEL_NODE_ID="node-1")
+    agent = make_collector("agent", ["agent.yaml"], env, ag_ports.health)
+    keys = [f"00000000000000aa-{i:x}" for i in range(300)]
+    with running(agent):
+        for part in range(3):  # three requests, acknowledged with the gateway down
+            records = [
+                {"ts": T0 + i, "msg": f"record {i}", "key": keys[i]}
+                for i in range(part * 100, part * 100 + 100)
+            ]
+            post(ag_ports.http, "/v1/logs", log_request({semconv.SERVICE_NAME: "t"}, records))
+        wait_until(
+            lambda: sum(queue_sizes(ag_ports.metrics)) == 300,
+            "all 300 records in the agent's queue",
+            on_fail=agent.log_tail,
+        )
+        agent.kill()
+    assert not logs(out)
+    gateway = make_collector(
+        "gateway", ["gateway.yaml"], gateway_env(gw_ports, out), gw_ports.health
+    )
+    again = make_collector("agent-again", ["agent.yaml"], env, ag_ports.health)
+    with running(gateway, again):
+        wait_until(
+            lambda: len(logs(out)) >= 300,
+            "the killed agent's queue in the gateway's files",
+            on_fail=lambda: again.log_tail() + "\n" + gateway.log_tail(),
+        )
+        wait_until(lambda: queue_sizes(ag_ports.metrics) == [0, 0, 0], "an empty agent queue")
+    got = [r["attributes"][semconv.RECORD_KEY] for r in logs(out)]
+    assert sorted(got) == sorted(keys)  # every record, none twice

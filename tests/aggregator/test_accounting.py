@@ -4,13 +4,16 @@ corrupt; each loss is one WARNING with the nv.nvrx.drop.* attributes (H1)."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from nvrx_otel import semconv
 from nvrx_otel.aggregator.nodelog import local_time
+from nvrx_otel.spool.writer import SpoolWriter
 from tests.aggregator.spoolkit import (
     LINE,
     FakeWriter,
@@ -98,3 +101,38 @@ def test_real_writer_over_budget_is_fully_accounted(tmp_path: Path) -> None:
     assert len(kept) + sum(int(m[1]) for m in dropped if m) == count
     assert kept == [f"m {i}" for i in range(len(kept))]
     assert agg.health.dropped == count - len(kept)
+
+
+def test_spool_directory_removed_while_in_use(tmp_path: Path) -> None:
+    """A tmp cleaner removes the job's spool directory under a running job: the aggregator
+    makes it again, keeps reading the files it has open, and the writer's records that
+    found no directory to rotate into are reported as dropped: emitted = logged + dropped."""
+    directory = spool_dir(tmp_path)
+    directory.mkdir(parents=True)
+    writer = SpoolWriter(directory, max_file_size=4096)
+    emitted = 0
+
+    def log(n: int) -> None:
+        nonlocal emitted
+        for _ in range(n):
+            writer.emit({"k": "log", "ts": time.time_ns(), "lvl": "INFO", "msg": f"r{emitted}"})
+            emitted += 1
+
+    with running(config(tmp_path)) as agg:
+        log(20)
+        wait_for(lambda: agg.health.written == 20, what="the first records")
+        shutil.rmtree(directory)
+        log(20)  # into the open (now unlinked) file and past it: no directory to rotate into
+        wait_for(directory.is_dir, what="the directory made again")
+        time.sleep(1.1)  # the writer tries to open a new file again at most every second
+        log(20)
+        writer.close()
+
+        def logged() -> list[str]:
+            return [m for m in messages(log_path(tmp_path)) if m.startswith("r")]
+
+        wait_for(lambda: len(logged()) + agg.health.dropped == emitted, what="every record")
+    assert emitted == 60 and agg.health.dropped > 0  # some found no directory
+    reports = [m for m in messages(log_path(tmp_path)) if m.startswith("dropped ")]
+    assert len(reports) == 1 and reports[0].startswith(f"dropped {agg.health.dropped} records")
+    assert len(set(logged())) == len(logged())  # none twice

@@ -140,6 +140,7 @@ class Aggregator:
         self._wait = WaitFile(None)
         self._waker = Waker()
         self._opened = False
+        self._resume_error = ""  # the last reason a resume failed (said once)
         self._deadline = float("inf")
         self._thread: threading.Thread | None = None
         self._dirty = False
@@ -458,6 +459,7 @@ class Aggregator:
             rotating=rotating,
         )
         otlp = self._otlp.state() if self._otlp is not None else None
+        self._ensure_job_dir()
         st.commit(
             self.job_dir, st.State(files=files, log=log, totals=dict(self._totals), otlp=otlp)
         )
@@ -468,6 +470,22 @@ class Aggregator:
         self._last_commit = time.monotonic()
         if self._otlp is not None:
             self._otlp.update(self._views())
+
+    def _ensure_job_dir(self) -> None:
+        """Make the job directory again if it was removed while served (a tmp cleaner, an
+        operator): progress can then be committed, and writers that rotate can create their
+        next files again (they count what they could not write and report it). The files
+        already open are still read through their descriptors until their writers finish."""
+        if self.job_dir.is_dir():
+            return
+        try:
+            check_dir(self.config.spool_root, create=True)
+            check_dir(self.job_dir, create=True)
+        except SpoolPathError as exc:
+            raise OSError(str(exc)) from None
+        self._lock.release()
+        self._lock.acquire()
+        say(f"spool directory {self.job_dir} was removed while in use: made it again")
 
     def _views(self) -> list[FileView]:
         """What the OTLP exporter may read: each file up to its committed offset."""
@@ -523,8 +541,12 @@ class Aggregator:
         try:
             self._recover()
         except (AggregatorError, OSError) as exc:
-            say(f"cannot resume yet: {exc}")
+            message = f"cannot resume yet: {exc}"
+            if message != self._resume_error:  # retried every interval: said once
+                say(message + " (retrying)")
+                self._resume_error = message
             return False
+        self._resume_error = ""
         self._broken = False
         return True
 

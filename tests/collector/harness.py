@@ -162,9 +162,7 @@ class Collector:
                     ) from None
             return proc.returncode
         finally:
-            if self._log is not None:
-                self._log.close()
-                self._log = None
+            self._close_log()
 
     def kill(self) -> None:
         """SIGKILL, as a crash or the OOM killer would: no drain, no flush."""
@@ -172,6 +170,9 @@ class Collector:
         if proc is not None:
             proc.kill()
             proc.wait()
+        self._close_log()
+
+    def _close_log(self) -> None:
         if self._log is not None:
             self._log.close()
             self._log = None

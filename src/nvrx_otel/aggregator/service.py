@@ -167,8 +167,7 @@ class Aggregator:
             return
         self._wait = WaitFile(self.config.wait_file)  # first: one made after this is fresh
         try:
-            check_dir(self.config.spool_root, create=True)
-            check_dir(self.job_dir, create=True)
+            self._make_job_dir()
         except SpoolPathError as exc:
             raise AggregatorError(str(exc)) from None
         self._lock.acquire()
@@ -479,13 +478,18 @@ class Aggregator:
         if self.job_dir.is_dir():
             return
         try:
-            check_dir(self.config.spool_root, create=True)
-            check_dir(self.job_dir, create=True)
-        except SpoolPathError as exc:
+            self._make_job_dir()
+            self._lock.release()
+            self._lock.acquire()
+        except (SpoolPathError, AggregatorError) as exc:  # to the loop's commit-error path
             raise OSError(str(exc)) from None
-        self._lock.release()
-        self._lock.acquire()
         say(f"spool directory {self.job_dir} was removed while in use: made it again")
+
+    def _make_job_dir(self) -> None:
+        """The spool root and the job directory, made when missing (SpoolPathError when
+        one is unusable: a symlink, another owner, not writable)."""
+        check_dir(self.config.spool_root, create=True)
+        check_dir(self.job_dir, create=True)
 
     def _views(self) -> list[FileView]:
         """What the OTLP exporter may read: each file up to its committed offset."""

@@ -174,7 +174,8 @@ def decode(line: bytes) -> dict[str, Any]:
     """Decode one spool line (without or with its ``\\n``).
 
     Invalid UTF-8 bytes and lone surrogate escapes are replaced with U+FFFD instead of
-    failing; ``ValueError`` means the line is not a record at all (corrupt).
+    failing; ``ValueError`` means the line is not a record at all, or one whose fields do
+    not have their types (:func:`valid`): corrupt.
     """
     try:
         obj = orjson.loads(line)
@@ -182,6 +183,8 @@ def decode(line: bytes) -> dict[str, Any]:
         obj = _decode_lenient(line)
     if not isinstance(obj, dict) or obj.get("v") != SCHEMA_VERSION or "k" not in obj:
         raise ValueError("not a spool record of schema version 1")
+    if not valid(obj):
+        raise ValueError("a field of the record has the wrong type")
     return obj
 
 
@@ -198,3 +201,168 @@ def _decode_lenient(line: bytes) -> Any:
             raise ValueError(f"undecodable spool line: {exc}") from None
         obj = _scrub(obj)
     return obj
+
+
+# --- validation ----------------------------------------------------------------------------
+
+_INT: Final = int
+_STR: Final = str
+_FIELD_TYPES: Final[dict[str, type]] = {
+    # every kind
+    "ts": _INT,
+    "pid": _INT,
+    "key": _STR,
+    "node": _STR,
+    "job": _STR,
+    "rank": _INT,
+    "lrank": _INT,
+    "irank": _INT,
+    "ilrank": _INT,
+    "trace_id": _STR,
+    "span_id": _STR,
+    "tf": _INT,
+    "attrs": dict,
+    # log
+    "sev": _INT,
+    "lvl": _STR,
+    "lg": _STR,
+    "msg": _STR,
+    "file": _STR,
+    "path": _STR,
+    "line": _INT,
+    "fn": _STR,
+    "tid": _INT,
+    "tn": _STR,
+    "exc": _STR,
+    "exc_type": _STR,
+    "exc_msg": _STR,
+    # drop
+    "count": _INT,
+    "first_ts": _INT,
+    "last_ts": _INT,
+    "reason": _STR,
+    # header
+    "w": _STR,
+    "f": _INT,
+    "ppid": _INT,
+    "proc": _STR,
+    "res": dict,
+    "budget": _INT,
+    "max": _INT,
+    # spans
+    "parent_id": _STR,
+    "name": _STR,
+    "scope": _STR,
+    "scope_v": _STR,
+    "kind": _INT,
+    "start": _INT,
+    "links": list,
+    "events": list,
+    "status": dict,
+    "dropped": dict,
+}
+"""The JSON type of every field a reader interprets (``bool`` is not an ``int`` here)."""
+_NULLABLE: Final = frozenset(
+    {"path", "fn", "tn", "tid", "line", "file", "proc", "ppid", "parent_id", "scope_v", "attrs"}
+)
+"""Fields that may be ``null`` (stdlib leaves a record's thread or function unset)."""
+
+_REQUIRED: Final[dict[str, tuple[str, ...]]] = {
+    KIND_LOG: ("ts",),
+    KIND_DROP: ("ts",),
+    KIND_HEADER: (),
+    KIND_SPAN_START: ("ts", "trace_id", "span_id"),
+    KIND_SPAN_END: ("ts", "trace_id", "span_id"),
+}
+
+_valid_shapes: dict[tuple[Any, ...], bool] = {}
+"""Shapes (kind, keys, value types) already judged; records of one call site share one."""
+_MAX_SHAPES: Final = 4096
+
+
+def valid(record: dict[str, Any]) -> bool:
+    """True when every field a reader interprets has its documented type, the fields its
+    kind needs are there, and ids are hex of the right length.
+
+    A record failing this is corrupt (counted and reported like undecodable bytes) rather
+    than reaching a sink that would fail on it. Cheap: the verdict on a record's shape (its
+    keys and their value types) is cached, so a call site's records pay one lookup.
+    """
+    shape = (*record, *map(type, record.values()))
+    ok = _valid_shapes.get(shape)
+    if ok is None:
+        ok = _shape_ok(record)
+        if len(_valid_shapes) >= _MAX_SHAPES:
+            _valid_shapes.clear()
+        _valid_shapes[shape] = ok
+    if not ok:
+        return False
+    if "trace_id" in record or "parent_id" in record:
+        return _ids_ok(record)
+    return True
+
+
+def _shape_ok(record: dict[str, Any]) -> bool:
+    kind = record.get("k")
+    required = _REQUIRED.get(kind) if isinstance(kind, str) else None
+    if required is None:
+        return False
+    for field in required:
+        if field not in record:
+            return False
+    for field, value in record.items():
+        want = _FIELD_TYPES.get(field)
+        if want is not None and type(value) is not want:
+            if value is None and field in _NULLABLE:
+                continue
+            return False
+    return True
+
+
+def _hex(value: Any, length: int) -> bool:
+    if not isinstance(value, str) or len(value) != length:
+        return False
+    try:
+        bytes.fromhex(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _ids_ok(record: dict[str, Any]) -> bool:
+    if "trace_id" in record and not (
+        _hex(record["trace_id"], 32) and _hex(record.get("span_id"), 16)
+    ):
+        return False
+    parent = record.get("parent_id")
+    if parent and not _hex(parent, 16):
+        return False
+    if record.get("k") in (KIND_SPAN_START, KIND_SPAN_END):
+        return _span_parts_ok(record)
+    return True
+
+
+def _span_parts_ok(record: dict[str, Any]) -> bool:
+    """Events, links, status and dropped counts of a span record have their types."""
+    for event in record.get("events") or ():
+        if not isinstance(event, dict) or type(event.get("ts", 0)) is not int:
+            return False
+        if not isinstance(event.get("name", ""), str):
+            return False
+        if not isinstance(event.get("attrs") or {}, dict):
+            return False
+    for link in record.get("links") or ():
+        if not isinstance(link, dict):
+            return False
+        if not (_hex(link.get("trace_id"), 32) and _hex(link.get("span_id"), 16)):
+            return False
+        if not isinstance(link.get("attrs") or {}, dict):
+            return False
+    status = record.get("status") or {}
+    if type(status.get("code", 0)) is not int or not isinstance(status.get("msg", ""), str):
+        return False
+    dropped = record.get("dropped") or {}
+    if any(type(v) is not int for v in dropped.values()):
+        return False
+    kind = record.get("kind", 0)
+    return bool(0 <= kind <= 4 and 0 <= record.get("tf", 1) <= 0xFF)

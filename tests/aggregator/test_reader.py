@@ -158,7 +158,8 @@ def test_empty_lines_and_spans_are_not_records_and_not_corrupt(tmp_path: Path) -
     skipped without a corrupt report; a record of another schema version is corrupt."""
     w = FakeWriter(spool_dir(tmp_path))
     w.raw(b"\n")
-    w.raw(rec.encode({"v": 1, "k": "span_start", "ts": 1, "name": "x"}))
+    span = {"v": 1, "k": "span_start", "ts": 1, "name": "x", "trace_id": "ab" * 16}
+    w.raw(rec.encode(span | {"span_id": "cd" * 8}))
     w.raw(rec.encode({"v": 2, "k": "log", "ts": 1, "msg": "future"}))
     w.log("real")
     w.close()

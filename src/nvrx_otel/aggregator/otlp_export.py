@@ -1,17 +1,21 @@
-"""OTLP output of the aggregator: its own cursor, its own thread, at least once.
+"""OTLP output of the aggregator: its own cursors, its own thread, at least once.
 
-The node log and OTLP progress separately. This exporter reads each spool file from its
-own cursor up to what the node log has committed (so it never sees a torn tail or a
-record the node log has not written), turns log records, drop records and ended spans into
-OTLP requests, and advances its cursor only after every destination acknowledged them.
-While an endpoint is down it retries with backoff; the node log keeps flowing, and spool
-files stay until both cursors are past them. Cursors and open spans are committed with
-the aggregator's state, so a restart resumes without losing anything (it may send a batch
-twice; ``nv.nvrx.record.key`` removes such duplicates downstream).
+The node log and OTLP progress separately but read alike: this exporter reads each spool
+file through the node log's reader (:func:`~nvrx_otel.aggregator.reader.read_chunk`), with
+its own cursor, up to what the node log has committed. So it decodes, validates, tears and
+reports exactly as the node log does: the same corrupt and drop reports reach OTLP, and
+OTLP never sees a record the node log has not written. Log records, loss reports and ended
+spans become OTLP requests (:class:`~nvrx_otel.aggregator.otlp_delivery.Delivery` sends
+them, retrying with backoff); a cursor advances only after every destination acknowledged
+what it read. Cursors hold no descriptor between passes: a file is opened for one read.
+Cursors, open spans and reports not yet sent are committed with the aggregator's state, so
+a restart (even after ``kill -9``) resumes without losing anything or a report of a loss
+(it may send a batch twice; ``nv.nvrx.record.key`` removes such duplicates downstream).
 
-Under spool-budget pressure (a writer whose unexported files would soon make it drop new
-records) the oldest file the node log already has is skipped here and the skip is
-reported as ``otlp_backlog`` drops: OTLP gives way, the node log never does.
+Under spool-budget pressure of a *live* writer (one whose unexported files would soon make
+it drop new records) the oldest file the node log already has is skipped here and the
+skip is reported as ``otlp_backlog`` drops: OTLP gives way, the node log never does. The
+files of writers that have exited press on nothing and are always exported in full.
 
 A span whose writer died before ending it is exported ended at the writer's last record,
 with status ERROR and ``nv.nvrx.span.truncated = true``.
@@ -19,6 +23,7 @@ with status ERROR and ``nv.nvrx.span.truncated = true``.
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -27,18 +32,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import orjson
-
 from nvrx_otel import record as rec
 from nvrx_otel.aggregator import reports
 from nvrx_otel.aggregator.health import say
-from nvrx_otel.aggregator.otlp_encode import encode_logs, encode_spans, to_json
-from nvrx_otel.aggregator.otlp_transport import Result, Transport
+from nvrx_otel.aggregator.otlp_delivery import (
+    Delivery,
+    Destination,
+    EndpointDestination,
+    JsonLines,
+)
+from nvrx_otel.aggregator.otlp_encode import encode_logs, encode_spans
+from nvrx_otel.aggregator.otlp_transport import Transport
+from nvrx_otel.aggregator.reader import SpoolFile, read_chunk
 from nvrx_otel.semconv import DropReasonValues
+from nvrx_otel.spool.paths import SpoolFileName, parse_name
+
+__all__ = ["FileView", "JsonLines", "OtlpExport", "build_export"]
 
 READ_BYTES: Final = 1 << 20
 BATCH_RECORDS: Final = 2048
-BACKOFF_MAX_S: Final = 30.0
 PRESSURE: Final = 0.5
 """Share of a writer's spool budget its files may fill before the OTLP backlog gives way."""
 _OPEN_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -62,13 +74,6 @@ class FileView:
 
 
 @dataclass
-class _Cursor:
-    ino: int
-    offset: int = 0
-    fd: int = -1
-
-
-@dataclass
 class _Writer:
     resource: dict[str, Any] = field(default_factory=dict)
     identity: dict[str, Any] = field(default_factory=dict)
@@ -79,27 +84,14 @@ class _Writer:
     pending_reports: list[dict[str, Any]] = field(default_factory=list)
 
 
-class JsonLines:
-    """``--otlp-json``: OTLP/JSON lines, logs and traces in separate files (the shape of
-    the collector's file exporter). Always acknowledges unless the disk fails."""
+@dataclass
+class _Read:
+    """What one pass read: per writer its log records and reports, and its ended spans."""
 
-    def __init__(self, directory: Path, node: str) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        self.paths = {
-            "logs": directory / f"logs_{node}.jsonl",
-            "traces": directory / f"traces_{node}.jsonl",
-        }
-        self.last_error = ""
-
-    def write(self, signal: str, message: Any) -> Result:
-        try:
-            line = orjson.dumps(to_json(message), option=orjson.OPT_APPEND_NEWLINE)
-            with open(self.paths[signal], "ab") as fh:
-                fh.write(line)
-            return Result.OK
-        except OSError as exc:
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            return Result.RETRY
+    logs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    spans: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    cursors: dict[str, SpoolFile] = field(default_factory=dict)  # advanced copies
+    count: int = 0
 
 
 class OtlpExport:
@@ -118,18 +110,27 @@ class OtlpExport:
         self.json = json
         self.on_report = on_report
         self.lock = threading.Lock()
-        self.cursors: dict[str, _Cursor] = {}
+        self.cursors: dict[str, SpoolFile] = {}
         self.writers: dict[str, _Writer] = {}
         self.views: list[FileView] = []
         self.exported = {"logs": 0, "spans": 0, "truncated": 0}
-        self.dropped = 0
-        self.retrying = False
+        self.skipped = 0  # records skipped for budget pressure (otlp_backlog)
         self.dirty = False
+        destinations: list[Destination] = []
+        if logs is not None or traces is not None:
+            transports = {"logs": logs, "traces": traces}
+            destinations.append(EndpointDestination({k: v for k, v in transports.items() if v}))
+        if json is not None:
+            destinations.append(json)
+        self.delivery = Delivery(destinations, on_report=on_report, give_way=self._under_pressure)
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._deadline = float("inf")
         self._thread: threading.Thread | None = None
-        self._backoff = 0.5
+
+    @property
+    def dropped(self) -> int:
+        """Records counted as dropped on the OTLP side (refused for good, or skipped)."""
+        return self.delivery.dropped + self.skipped
 
     # --- called by the aggregator's loop (any thread) ------------------------------------------
 
@@ -139,7 +140,7 @@ class OtlpExport:
             self.views = views
             live = {v.name for v in views}
             for name in [n for n in self.cursors if n not in live]:
-                self._close(self.cursors.pop(name))
+                del self.cursors[name]
         self._wake.set()
 
     def consumed(self, name: str, ino: int, size: int) -> bool:
@@ -154,6 +155,7 @@ class OtlpExport:
             return (
                 all(self._offset(v) >= v.committed for v in self.views)
                 and not self._pending_truncation()
+                and not any(w.pending_reports for w in self.writers.values())
             )
 
     def state(self) -> dict[str, Any]:
@@ -170,17 +172,17 @@ class OtlpExport:
                         "id": s.identity,
                         "budget": s.budget,
                         "max": s.max_file,
+                        "reports": s.pending_reports,
                     }
                     for w, s in self.writers.items()
                 },
+                "skipped": self.skipped,
             }
 
     def restore(self, saved: dict[str, Any] | None) -> None:
         if not saved:
             return
         with self.lock:
-            for name, (ino, offset) in saved.get("cursors", {}).items():
-                self.cursors[name] = _Cursor(int(ino), int(offset))
             for w, s in saved.get("writers", {}).items():
                 self.writers[w] = _Writer(
                     resource=dict(s.get("res") or {}),
@@ -189,7 +191,17 @@ class OtlpExport:
                     max_file=int(s.get("max") or 0),
                     last_ts=int(s.get("last_ts") or 0),
                     open_spans=dict(s.get("open") or {}),
+                    pending_reports=list(s.get("reports") or []),
                 )
+            for name, (ino, offset) in saved.get("cursors", {}).items():
+                parts = parse_name(name)
+                if parts is not None:
+                    c = self.cursors[name] = _new_cursor(name, parts, int(ino))
+                    c.offset = int(offset)
+                    w = self.writers.get(parts.writer)
+                    if w is not None:
+                        c.identity = dict(w.identity)
+            self.skipped = int(saved.get("skipped") or 0)
 
     def summary(self) -> str:
         e = self.exported
@@ -205,16 +217,19 @@ class OtlpExport:
         self._thread = threading.Thread(target=self._run, name="nvrx-otel-otlp", daemon=True)
         self._thread.start()
 
+    def drain_by(self, deadline: float) -> None:
+        """The aggregator drains until ``deadline`` (monotonic): export what is left by then,
+        cutting any retry backoff short."""
+        self.delivery.drain_by(deadline)
+        self._wake.set()
+
     def stop(self, deadline: float) -> None:
         """Keep exporting until caught up or ``deadline`` (monotonic), then stop."""
-        self._deadline = deadline
+        self.delivery.drain_by(deadline)
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(max(0.0, deadline - time.monotonic()) + 5.0)
-        with self.lock:
-            for c in self.cursors.values():
-                self._close(c)
 
     # --- the exporter thread ----------------------------------------------------------------
 
@@ -227,7 +242,7 @@ class OtlpExport:
             except Exception as exc:  # never let the exporter thread die silently
                 self.on_report(f"OTLP export error: {type(exc).__name__}: {exc}")
                 progressed = False
-            if self._stop.is_set() and (self.caught_up() or time.monotonic() >= self._deadline):
+            if self._stop.is_set() and (self.caught_up() or self.delivery.expired()):
                 return
             if progressed or self._under_pressure():
                 self._wake.set()
@@ -236,124 +251,102 @@ class OtlpExport:
         with self.lock:
             views = sorted(self.views, key=lambda v: (v.writer, v.index))
         self._relieve(views)
-        logs: dict[str, list[dict[str, Any]]] = {}
-        spans: dict[str, list[dict[str, Any]]] = {}
-        advance: dict[str, int] = {}
-        count = 0
+        read = _Read()
+        now_ns = time.time_ns()
         for v in views:
-            if count >= BATCH_RECORDS:
+            if read.count >= BATCH_RECORDS:
                 break
-            with self.lock:
-                cursor = self._cursor(v)
-                start = cursor.offset
-            if start >= v.committed or cursor.fd < 0:
-                continue
-            data = os.pread(cursor.fd, min(READ_BYTES, v.committed - start), start)
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                continue
-            body = data[: cut + 1]
-            count += self._parse(v, body, logs, spans)
-            advance[v.name] = start + len(body)
+            self._read(v, read, now_ns)
         truncated = self._truncated(views)
         with self.lock:
             reported = {
                 w: list(s.pending_reports) for w, s in self.writers.items() if s.pending_reports
             }
         for writer, pending in reported.items():
-            logs.setdefault(writer, []).extend(pending)
-        if not advance and not truncated and not reported:
+            read.logs.setdefault(writer, [])[:0] = pending
+        if not read.cursors and not truncated and not reported:
             return False
-        if not self._send(logs, spans, truncated):
+        if not self._send(read.logs, read.spans, truncated):
             return False
         with self.lock:
             for writer, pending in reported.items():
                 del self.writers[writer].pending_reports[: len(pending)]
-        with self.lock:
-            for name, offset in advance.items():
-                c = self.cursors.get(name)
-                if c is not None and offset > c.offset:
-                    c.offset = offset
+            for name, cursor in read.cursors.items():
+                old = self.cursors.get(name)
+                if old is None or (old.ino == cursor.ino and cursor.offset > old.offset):
+                    self.cursors[name] = cursor
             for writer, _, _ in truncated:
                 self.writers[writer].open_spans.clear()
             self.dirty = True
         return True
 
-    def _cursor(self, v: FileView) -> _Cursor:
-        """The cursor of ``v`` (caller holds the lock), its descriptor opened on demand."""
+    def _read(self, v: FileView, read: _Read, now_ns: int) -> None:
+        """Read what the node log committed of ``v`` past the OTLP cursor into ``read``."""
+        with self.lock:
+            cursor = copy.copy(self._cursor(v))
+            w = self.writers.setdefault(v.writer, _Writer())
+        if cursor.offset >= v.committed and cursor.offset <= v.size:
+            return
+        if not _open(cursor, v):
+            return
+        try:
+            # Up to the committed offset every tail was judged by the node log already: a
+            # tail there is one it reported torn, so it is final for this read.
+            chunk = read_chunk(
+                cursor, final=True, limit=READ_BYTES, want_ends=False, now_ns=now_ns,
+                end=v.committed, spans=True,
+            )  # fmt: skip
+        except OSError:
+            return
+        finally:
+            cursor.close()
+        if chunk is None:
+            if cursor.offset != self._offset(v):
+                read.cursors[v.name] = cursor
+            return
+        header = cursor.header
+        if header is not None and not w.budget:
+            res = header.get("res")
+            with self.lock:
+                if isinstance(res, dict):
+                    w.resource = res
+                w.identity = reports.identity_from_header(header)
+                w.budget = header.get("budget") or 0
+                w.max_file = header.get("max") or 0
+        logs = read.logs.setdefault(v.writer, [])
+        logs.extend(chunk.records)
+        read.count += len(chunk.records)
+        spans = read.spans.setdefault(v.writer, [])
+        with self.lock:
+            for r in chunk.records:
+                ts = r.get("ts")
+                if isinstance(ts, int) and ts > w.last_ts:
+                    w.last_ts = ts
+            for s in chunk.spans or ():
+                if s["ts"] > w.last_ts:
+                    w.last_ts = s["ts"]
+                if s["k"] == rec.KIND_SPAN_END:
+                    w.open_spans.pop(s["span_id"], None)
+                    spans.append(s)
+                    read.count += 1
+                else:
+                    w.open_spans[s["span_id"]] = s
+        read.cursors[v.name] = cursor
+
+    def _cursor(self, v: FileView) -> SpoolFile:
+        """The cursor of ``v`` (caller holds the lock); a new one for a new inode."""
         c = self.cursors.get(v.name)
         if c is None or c.ino != v.ino:
-            if c is not None:
-                self._close(c)
-            c = self.cursors[v.name] = _Cursor(v.ino)
-        if c.fd < 0:
-            try:
-                fd = os.open(v.path, _OPEN_FLAGS)
-                if os.fstat(fd).st_ino != v.ino:
-                    os.close(fd)
-                else:
-                    c.fd = fd
-            except OSError:
-                pass
+            parts = parse_name(v.name) or SpoolFileName(v.writer, v.index, v.pid, "proc")
+            c = self.cursors[v.name] = _new_cursor(v.name, parts, v.ino)
+            w = self.writers.get(v.writer)
+            if w is not None:
+                c.identity = dict(w.identity)
         return c
 
     def _offset(self, v: FileView) -> int:
         c = self.cursors.get(v.name)
         return c.offset if c is not None and c.ino == v.ino else 0
-
-    @staticmethod
-    def _close(c: _Cursor) -> None:
-        if c.fd >= 0:
-            try:
-                os.close(c.fd)
-            except OSError:
-                pass
-            c.fd = -1
-
-    def _parse(
-        self,
-        v: FileView,
-        body: bytes,
-        logs: dict[str, list[dict[str, Any]]],
-        spans: dict[str, list[dict[str, Any]]],
-    ) -> int:
-        with self.lock:
-            w = self.writers.setdefault(v.writer, _Writer())
-        out_logs = logs.setdefault(v.writer, [])
-        out_spans = spans.setdefault(v.writer, [])
-        n = 0
-        for line in body.split(b"\n"):
-            if not line:
-                continue
-            try:
-                r = rec.decode(line)
-            except ValueError:
-                continue  # corrupt: the node log reports it
-            kind = r["k"]
-            ts = r.get("ts")
-            if isinstance(ts, int) and ts > w.last_ts:
-                w.last_ts = ts
-            if kind == rec.KIND_LOG:
-                out_logs.append(r)
-                n += 1
-            elif kind == rec.KIND_SPAN_END:
-                w.open_spans.pop(r.get("span_id", ""), None)
-                out_spans.append(r)
-                n += 1
-            elif kind == rec.KIND_SPAN_START:
-                w.open_spans[r.get("span_id", "")] = r
-            elif kind == rec.KIND_DROP:
-                report, _ = reports.drop_report(r)
-                out_logs.append(report)
-                n += 1
-            elif kind == rec.KIND_HEADER:
-                res = r.get("res")
-                if isinstance(res, dict):
-                    w.resource = res
-                w.identity = reports.identity_from_header(r)
-                w.budget = int(r.get("budget") or 0)
-                w.max_file = int(r.get("max") or 0)
-        return n
 
     def _pending_truncation(self) -> bool:
         return any(
@@ -384,7 +377,7 @@ class OtlpExport:
         truncated: list[tuple[str, dict[str, Any], list[dict[str, Any]]]],
     ) -> bool:
         """Send everything; True once every destination acknowledged it (or refused it for
-        good, which is reported as dropped). False when the exporter must stop first."""
+        good, which is counted as dropped). False when the exporter must stop first."""
         resources = {w: s.resource for w, s in self.writers.items()}
         log_batch = [(resources.get(w, {}), rs) for w, rs in logs.items() if rs]
         span_batch = [(resources.get(w, {}), rs) for w, rs in spans.items() if rs]
@@ -395,73 +388,25 @@ class OtlpExport:
         ]
         n_logs = sum(len(rs) for _, rs in log_batch)
         n_spans = sum(len(rs) for _, rs in span_batch) + len(trunc)
-        jobs: list[tuple[str, Any, int]] = []
         if n_logs:
-            jobs.append(("logs", encode_logs(log_batch, time.time_ns()), n_logs))
+            sent = self.delivery.send("logs", encode_logs(log_batch, time.time_ns()), n_logs)
+            if sent is None:
+                return False
+            if sent:
+                self.exported["logs"] += n_logs
         if n_spans:
-            jobs.append(("traces", encode_spans(span_batch, trunc), n_spans))
-        refused: set[str] = set()
-        for signal, message, count in jobs:
-            payload = message.SerializeToString()
-            transport = self.logs if signal == "logs" else self.traces
-            for dest in (transport, self.json):
-                if dest is None:
-                    continue
-                before = self.dropped
-                if not self._deliver(dest, signal, message, payload, count):
-                    return False
-                if self.dropped != before:
-                    refused.add(signal)
-        if "logs" not in refused:
-            self.exported["logs"] += n_logs
-        if "traces" not in refused:
-            self.exported["spans"] += n_spans - len(trunc)
-            self.exported["truncated"] += len(trunc)
+            sent = self.delivery.send("traces", encode_spans(span_batch, trunc), n_spans)
+            if sent is None:
+                return False  # the logs go again with them: duplicates, never losses
+            if sent:
+                self.exported["spans"] += n_spans - len(trunc)
+                self.exported["truncated"] += len(trunc)
         return True
-
-    def _deliver(
-        self, dest: Transport | JsonLines, signal: str, message: Any, payload: bytes, count: int
-    ) -> bool:
-        while True:
-            if isinstance(dest, JsonLines):
-                result = dest.write(signal, message)
-            else:
-                result = dest.send(payload)
-            if result is Result.OK:
-                if self.retrying:
-                    self.on_report(f"OTLP {signal} export works again")
-                self.retrying = False
-                self._backoff = 0.5
-                return True
-            if result is Result.REJECTED:
-                self.dropped += count
-                self.on_report(
-                    f"OTLP endpoint refused a {signal} batch of {count} for good "
-                    f"({dest.last_error}); counted as dropped"
-                )
-                return True
-            if not self.retrying:
-                self.on_report(
-                    f"OTLP {signal} export failing ({dest.last_error}); retrying with backoff, "
-                    "the node log keeps flowing"
-                )
-            self.retrying = True
-            until = time.monotonic() + self._backoff
-            self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
-            while True:  # wait out the backoff, watching for budget pressure and the stop
-                if self._under_pressure():
-                    return False  # give way: the next pass skips the oldest backlog first
-                now = time.monotonic()
-                if self._stop.is_set() and now >= self._deadline:
-                    return False
-                if now >= until:
-                    break
-                time.sleep(min(0.2, until - now))
 
     # --- budget pressure -----------------------------------------------------------------------
 
     def _victims(self, views: list[FileView]) -> list[tuple[str, FileView]]:
-        """Per writer under budget pressure, its oldest file kept only for OTLP."""
+        """Per live writer under budget pressure, its oldest file kept only for OTLP."""
         by_writer: dict[str, list[FileView]] = {}
         for v in views:
             by_writer.setdefault(v.writer, []).append(v)
@@ -469,8 +414,8 @@ class OtlpExport:
         with self.lock:
             for writer, files in by_writer.items():
                 w = self.writers.get(writer)
-                if w is None or not w.budget:
-                    continue
+                if w is None or not w.budget or all(v.gone for v in files):
+                    continue  # a writer that has exited presses on nothing
                 # Act at half the budget: the other half covers the node log's own lag
                 # (a writer's older file becomes final only a while after it moved on).
                 excess = sum(v.size for v in files) + w.max_file - w.budget * PRESSURE
@@ -488,43 +433,68 @@ class OtlpExport:
         return bool(self._victims(views))
 
     def _relieve(self, views: list[FileView]) -> None:
-        """Skip (and report) the oldest node-logged file of a writer whose spool files,
-        kept only for OTLP, would soon push it over its budget."""
+        """Skip (and report) the oldest node-logged file of a live writer whose spool files,
+        kept only for OTLP, would soon push it over its budget. The skip and its report are
+        committed together (the report waits in the writer's state until it is sent)."""
         for writer, victim in self._victims(views):
             with self.lock:
                 w = self.writers[writer]
-                cursor = self._cursor(victim)
-                start = cursor.offset
+                start = self._cursor(victim).offset
             skipped = 0
-            if cursor.fd >= 0:
+            probe = _new_cursor(
+                victim.name, SpoolFileName(writer, victim.index, victim.pid, ""), victim.ino
+            )
+            if _open(probe, victim):
                 try:
-                    skipped = os.pread(cursor.fd, victim.size - start, start).count(_LOG_MARK)
+                    skipped = os.pread(probe.fd, victim.size - start, start).count(_LOG_MARK)
                 except OSError:
                     pass
+                finally:
+                    probe.close()
+            now = time.time_ns()
+            report = reports.loss_report(
+                what="dropped",
+                count=skipped,
+                reason=DropReasonValues.OTLP_BACKLOG.value,
+                pid=victim.pid,
+                identity=w.identity,
+                first_ts=now,
+                last_ts=now,
+                ts=now,
+                key=f"{writer}-otlp-backlog-{victim.index}",
+            )
             with self.lock:
+                cursor = self._cursor(victim)
                 cursor.offset = max(cursor.offset, victim.size)
-                self.dirty = True
-                self.dropped += skipped
-                ident = w.identity
-            if skipped:
-                now = time.time_ns()
-                report = reports.loss_report(
-                    what="dropped",
-                    count=skipped,
-                    reason=DropReasonValues.OTLP_BACKLOG.value,
-                    pid=victim.pid,
-                    identity=ident,
-                    first_ts=now,
-                    last_ts=now,
-                    ts=now,
-                    key=f"{writer}-otlp-backlog-{victim.index}",
-                )
-                with self.lock:
+                self.skipped += skipped
+                if skipped:
                     w.pending_reports.append(report)
+                self.dirty = True
             self.on_report(
                 f"OTLP backlog: skipped {skipped} records of {victim.name} (already in the node "
                 "log) so its writer stays within its spool budget"
             )
+
+
+def _new_cursor(name: str, parts: SpoolFileName, ino: int) -> SpoolFile:
+    return SpoolFile(name=name, parts=parts, fd=-1, ino=ino)
+
+
+def _open(cursor: SpoolFile, v: FileView) -> bool:
+    """Open ``v`` for one read into ``cursor`` (False when it is gone or another file)."""
+    try:
+        fd = os.open(v.path, _OPEN_FLAGS)
+    except OSError:
+        return False
+    try:
+        if os.fstat(fd).st_ino != v.ino:
+            os.close(fd)
+            return False
+    except OSError:
+        os.close(fd)
+        return False
+    cursor.fd = fd
+    return True
 
 
 def build_export(config: Any, node_id: str) -> OtlpExport | None:

@@ -3,7 +3,8 @@
 A :class:`SpoolFile` remembers its inode and how far it has been read. :func:`read_chunk`
 turns the complete lines after that point into records:
 
-- a line that is not a schema-1 record is corrupt; a run of corrupt lines becomes one
+- a line that is not a schema-1 record, or one whose fields do not have their types
+  (``record.valid``), is corrupt; a run of corrupt lines becomes one
   ``corrupt <N> records ...`` WARNING placed where the run was (invalid UTF-8 and lone
   surrogates are replaced by ``record.decode``, not corrupt);
 - a tail without ``\\n`` waits while its file is not *final*; once it is (the writer is
@@ -11,7 +12,15 @@ turns the complete lines after that point into records:
   decides finality *before* reading, so bytes a writer finished just before it died are
   read whole, never reported as corrupt;
 - a writer's ``k: "drop"`` record becomes a ``dropped <N> records ...`` WARNING;
-- the header is remembered (it says who writes the file), spans are skipped.
+- the header is remembered (it says who writes the file); span records are skipped, or
+  collected in :attr:`Chunk.spans` for a reader that exports them;
+- a file shorter than what was already read was truncated under the reader (writers never
+  truncate): the records of the writer that were cut are reported as corrupt (the gap in
+  the writer's sequence numbers, ``record.seq_of``) and the records read before are not
+  read again.
+
+Every reader of the aggregator (the node log, OTLP) reads through :func:`read_chunk`, each
+with its own :class:`SpoolFile` cursor, so they decode, report and tear alike.
 
 Liveness: writers hold ``flock(LOCK_SH)`` on their live file. :func:`writer_gone` probes
 with ``flock(LOCK_EX | LOCK_NB)`` on the reader's own descriptor and releases at once.
@@ -61,6 +70,8 @@ class SpoolFile:
     held: int = 0  # records read but still held by the chronological merge
     committed: int = 0  # ``done`` as of the last commit
     final: bool = False  # the writer adds nothing more (as decided in the last cycle)
+    seq: int = -1  # sequence number of the last writer record read (record.seq_of)
+    resync: int = -1  # after a truncation: records up to this sequence number were read
 
     @property
     def writer(self) -> str:
@@ -88,6 +99,7 @@ class Chunk:
     reports: dict[int, int] = field(default_factory=dict)  # record index -> count it accounts
     corrupt: int = 0
     dropped: int = 0
+    spans: list[dict[str, Any]] | None = None  # span records, when asked for
 
     @property
     def weight(self) -> int:
@@ -129,10 +141,14 @@ def writer_gone(f: SpoolFile) -> bool:
     return True
 
 
-def _window(f: SpoolFile, limit: int) -> tuple[bytes, int]:
+def _window(f: SpoolFile, limit: int, end: int | None) -> tuple[bytes, int]:
     """Bytes from ``f.offset`` holding at least one complete line if the file has one
-    within MAX_LINE, and the file size seen."""
+    within MAX_LINE (and before ``end``), and the file size seen (at most ``end``)."""
     size = os.fstat(f.fd).st_size
+    if size < f.offset:
+        return b"", size
+    if end is not None:
+        size = min(size, end)
     want = min(limit, max(0, size - f.offset))
     data = os.pread(f.fd, want, f.offset) if want else b""
     while b"\n" not in data and len(data) == want and want < MAX_LINE and f.offset + want < size:
@@ -156,19 +172,38 @@ def _skip_long_line(f: SpoolFile, start: int, size: int) -> int | None:
 
 
 def read_chunk(
-    f: SpoolFile, *, final: bool, limit: int, want_ends: bool, now_ns: int
+    f: SpoolFile,
+    *,
+    final: bool,
+    limit: int,
+    want_ends: bool,
+    now_ns: int,
+    end: int | None = None,
+    spans: bool = False,
 ) -> Chunk | None:
     """Read up to about ``limit`` new bytes of ``f`` as records; None when nothing changed.
 
     ``final``: the writer will add nothing (decided before this call), so a tail without
     ``\\n`` at the end of the file is one corrupt record instead of waiting.
+    ``end``: read nothing at or after this offset (the file ends there for this call).
+    ``spans``: collect span records in :attr:`Chunk.spans` instead of skipping them.
     """
-    data, size = _window(f, limit)
+    data, size = _window(f, limit, end)
     f.size = size
     start = f.offset
-    if size < start:  # truncated under us: not something a writer does; read it anew
+    if size < start:  # truncated under us: writers never do that; read on from the cut
+        f.resync = max(f.resync, f.seq)
         start = f.offset = f.done = 0
-        data, size = _window(f, limit)
+        data, size = _window(f, limit, end)
+    skipped = lost = 0
+    if f.resync >= 0:
+        skipped, seq = _resync(data, f.resync)
+        if seq >= 0:
+            lost = seq - f.resync - 1
+            f.resync = -1
+        if skipped:
+            start = f.offset = f.done = start + skipped
+            data = data[skipped:]
     cut = data.rfind(b"\n")
     skipped_to: int | None = None
     if cut < 0 and len(data) >= MAX_LINE:
@@ -189,6 +224,11 @@ def read_chunk(
     records: list[dict[str, Any]] = []
     ends: list[int] | None = [] if want_ends else None
     chunk = Chunk(file=f, records=records, ends=ends, end=start + len(body), clean=is_clean(body))
+    out_spans: list[dict[str, Any]] | None = [] if spans else None
+    chunk.spans = out_spans
+    if lost > 0:  # the records the truncation cut, before the first one after it
+        _report_corrupt(chunk, lost, start, f.last_ts, now_ns, None)
+    valid = rec.valid
     append = records.append
     loads = orjson.loads
     decode = rec.decode
@@ -202,7 +242,7 @@ def read_chunk(
         try:
             d = loads(ln)
             kind = d["k"]
-            if d["v"] != version:
+            if d["v"] != version or not valid(d):
                 raise ValueError
         except Exception:
             if not ln:
@@ -229,6 +269,8 @@ def read_chunk(
             ts = d.get("ts")
             if isinstance(ts, int) and not f.last_ts:
                 f.last_ts = ts
+        elif out_spans is not None and kind in _SPAN_KINDS:
+            out_spans.append(d)
         # span records and repeated headers are not node-log records
     if torn:
         run += 1
@@ -243,10 +285,60 @@ def read_chunk(
             f.last_ts = ts
         if last.get("lg") != reports.LOGGER:
             f.identity = reports.identity_of(last) or f.identity
+    if chunk.end > start:
+        f.seq = max(f.seq, _last_seq(records, out_spans, f.seq))
     f.offset = chunk.end
     if f.tail and chunk.end != start + len(body):
         f.tail = 0
     return chunk
+
+
+_SPAN_KINDS: Final = frozenset({rec.KIND_SPAN_START, rec.KIND_SPAN_END})
+
+
+def _seq(d: dict[str, Any]) -> int:
+    """The writer's sequence number of ``d`` (-1 when it has none)."""
+    key = d.get("key")
+    if not isinstance(key, str) or d.get("lg") == reports.LOGGER:
+        return -1
+    try:
+        return rec.seq_of(key)
+    except ValueError:
+        return -1
+
+
+def _last_seq(
+    records: list[dict[str, Any]], spans: list[dict[str, Any]] | None, default: int
+) -> int:
+    """The highest sequence number among the last records read (the writer counts up)."""
+    best = default
+    for d in reversed(records):
+        seq = _seq(d)
+        if seq >= 0:
+            best = max(best, seq)
+            break
+    if spans:
+        best = max(best, _seq(spans[-1]))
+    return best
+
+
+def _resync(data: bytes, upto: int) -> tuple[int, int]:
+    """After a truncation: how many leading bytes of ``data`` hold records already read
+    (sequence number up to ``upto``), and the sequence number of the first record after
+    them (-1 when ``data`` holds none yet)."""
+    pos = 0
+    while True:
+        cut = data.find(b"\n", pos)
+        if cut < 0:
+            return pos, -1
+        try:
+            d = rec.decode(data[pos:cut])
+        except ValueError:
+            return pos, -1  # not a record: the normal reading reports it
+        seq = -1 if d["k"] == rec.KIND_HEADER else _seq(d)
+        if seq > upto:
+            return pos, seq
+        pos = cut + 1
 
 
 def _ts_of(d: dict[str, Any], f: SpoolFile) -> int:

@@ -340,6 +340,8 @@ class Aggregator:
             stopping = self.stop_reason is not None
             if stopping and not announced:
                 announced = True
+                if self._otlp is not None:
+                    self._otlp.drain_by(self._deadline)
                 say(
                     f"draining ({self.stop_reason}): reading until no writer is left, "
                     f"at most {cfg.drain_timeout:g} s"

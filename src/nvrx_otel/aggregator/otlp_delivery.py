@@ -1,0 +1,174 @@
+"""Delivering encoded OTLP requests: the destinations and the retry with backoff.
+
+The exporter (``otlp_export``) decides *what* to send and when its cursors advance; this
+module decides *how*: one :class:`Destination` per place a request goes (an OTLP
+endpoint's :class:`~nvrx_otel.aggregator.otlp_transport.Transport`, or :class:`JsonLines`
+for ``--otlp-json``), and :class:`Delivery`, which sends a request to every destination,
+retrying with exponential backoff while one says *retry*, counting a request one refuses
+for good as dropped. The backoff gives way at once to budget pressure, and to the drain:
+once the aggregator drains, a waiting retry runs at once and no wait or send outlasts the
+drain's deadline.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import orjson
+
+from nvrx_otel.aggregator.otlp_encode import to_json
+from nvrx_otel.aggregator.otlp_transport import Result
+
+BACKOFF_START_S: Final = 0.5
+BACKOFF_MAX_S: Final = 30.0
+
+
+class Destination(Protocol):
+    """Where one encoded request goes."""
+
+    last_error: str
+
+    def deliver(self, signal: str, message: Any, payload: bytes, timeout: float) -> Result:
+        """Send one request (``message``, serialized as ``payload``) within ``timeout`` s."""
+        ...
+
+
+class EndpointDestination:
+    """An OTLP endpoint, one transport per signal."""
+
+    def __init__(self, transports: dict[str, Any]) -> None:
+        self.transports = transports
+        self.last_error = ""
+
+    def deliver(self, signal: str, message: Any, payload: bytes, timeout: float) -> Result:
+        transport = self.transports.get(signal)
+        if transport is None:
+            return Result.OK
+        config = transport.config
+        if timeout < config.timeout:  # a send started in the drain ends with it
+            from dataclasses import replace
+
+            transport.config = replace(config, timeout=max(timeout, 0.1))
+            try:
+                result: Result = transport.send(payload)
+            finally:
+                transport.config = config
+        else:
+            result = transport.send(payload)
+        self.last_error = transport.last_error
+        return result
+
+
+class JsonLines:
+    """``--otlp-json``: OTLP/JSON lines, logs and traces in separate files (the shape of
+    the collector's file exporter). Always acknowledges unless the disk fails."""
+
+    def __init__(self, directory: Path, node: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.paths = {
+            "logs": directory / f"logs_{node}.jsonl",
+            "traces": directory / f"traces_{node}.jsonl",
+        }
+        self.last_error = ""
+
+    def deliver(self, signal: str, message: Any, payload: bytes, timeout: float) -> Result:
+        try:
+            line = orjson.dumps(to_json(message), option=orjson.OPT_APPEND_NEWLINE)
+            with open(self.paths[signal], "ab") as fh:
+                fh.write(line)
+            return Result.OK
+        except OSError as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return Result.RETRY
+
+
+class Delivery:
+    """Sends requests to every destination, retrying with backoff (see the module)."""
+
+    def __init__(
+        self,
+        destinations: list[Destination],
+        *,
+        on_report: Callable[[str], None],
+        give_way: Callable[[], bool],
+    ) -> None:
+        self.destinations = destinations
+        self.on_report = on_report
+        self.give_way = give_way  # True: stop retrying now (budget pressure)
+        self.retrying = False
+        self.dropped = 0
+        self._backoff = BACKOFF_START_S
+        self._deadline = float("inf")
+        self._interrupt = threading.Event()
+
+    def drain_by(self, deadline: float) -> None:
+        """The aggregator drains until ``deadline`` (monotonic): retry now, wait no longer."""
+        self._deadline = min(self._deadline, deadline)
+        self._backoff = BACKOFF_START_S
+        self._interrupt.set()
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self._deadline
+
+    def send(self, signal: str, message: Any, count: int) -> bool | None:
+        """Deliver one request to every destination. True: acknowledged everywhere; False:
+        acknowledged, but a destination refused it for good (counted as dropped); None:
+        not delivered yet (give way or deadline): send it again later."""
+        payload = message.SerializeToString()
+        refused = False
+        for dest in self.destinations:
+            result = self._deliver(dest, signal, message, payload, count)
+            if result is None:
+                return None
+            refused = refused or not result
+        return not refused
+
+    def _deliver(
+        self, dest: Destination, signal: str, message: Any, payload: bytes, count: int
+    ) -> bool | None:
+        while True:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                return None
+            result = dest.deliver(signal, message, payload, left)
+            if result is Result.OK:
+                if self.retrying:
+                    self.on_report(f"OTLP {signal} export works again")
+                self.retrying = False
+                self._backoff = BACKOFF_START_S
+                return True
+            if result is Result.REJECTED:
+                self.dropped += count
+                self.on_report(
+                    f"OTLP endpoint refused a {signal} batch of {count} for good "
+                    f"({dest.last_error}); counted as dropped"
+                )
+                return False
+            if not self.retrying:
+                self.on_report(
+                    f"OTLP {signal} export failing ({dest.last_error}); retrying with backoff, "
+                    "the node log keeps flowing"
+                )
+            self.retrying = True
+            if not self._wait(self._backoff):
+                return None
+            self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
+
+    def _wait(self, seconds: float) -> bool:
+        """Wait out a backoff; False when the exporter must give way first."""
+        until = time.monotonic() + seconds
+        while True:
+            if self.give_way():
+                return False
+            now = time.monotonic()
+            if now >= self._deadline:
+                return False
+            if now >= until:
+                return True
+            if self._interrupt.wait(min(0.2, until - now, self._deadline - now)):
+                self._interrupt.clear()
+                return True  # the drain began: try again at once

@@ -90,7 +90,7 @@ class _Read:
 
     logs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     spans: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    cursors: dict[str, SpoolFile] = field(default_factory=dict)  # advanced copies
+    cursors: dict[str, tuple[SpoolFile, SpoolFile]] = field(default_factory=dict)  # was, now
     count: int = 0
 
 
@@ -271,9 +271,8 @@ class OtlpExport:
         with self.lock:
             for writer, pending in reported.items():
                 del self.writers[writer].pending_reports[: len(pending)]
-            for name, cursor in read.cursors.items():
-                old = self.cursors.get(name)
-                if old is None or (old.ino == cursor.ino and cursor.offset > old.offset):
+            for name, (was, cursor) in read.cursors.items():
+                if self.cursors.get(name) is was:  # not replaced or forgotten meanwhile
                     self.cursors[name] = cursor
             for writer, _, _ in truncated:
                 self.writers[writer].open_spans.clear()
@@ -283,7 +282,8 @@ class OtlpExport:
     def _read(self, v: FileView, read: _Read, now_ns: int) -> None:
         """Read what the node log committed of ``v`` past the OTLP cursor into ``read``."""
         with self.lock:
-            cursor = copy.copy(self._cursor(v))
+            was = self._cursor(v)
+            cursor = copy.copy(was)
             w = self.writers.setdefault(v.writer, _Writer())
         if cursor.offset >= v.committed and cursor.offset <= v.size:
             return
@@ -301,8 +301,8 @@ class OtlpExport:
         finally:
             cursor.close()
         if chunk is None:
-            if cursor.offset != self._offset(v):
-                read.cursors[v.name] = cursor
+            if cursor.offset != was.offset:
+                read.cursors[v.name] = (was, cursor)
             return
         header = cursor.header
         if header is not None and not w.budget:
@@ -331,7 +331,7 @@ class OtlpExport:
                     read.count += 1
                 else:
                     w.open_spans[s["span_id"]] = s
-        read.cursors[v.name] = cursor
+        read.cursors[v.name] = (was, cursor)
 
     def _cursor(self, v: FileView) -> SpoolFile:
         """The cursor of ``v`` (caller holds the lock); a new one for a new inode."""

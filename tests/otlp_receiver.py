@@ -53,7 +53,7 @@ class OtlpReceiver:
         self.spans: list[dict[str, Any]] = []
         self.metrics: list[str] = []
         self.requests = 0
-        self.refused = 0  # requests answered with a status other than 200
+        self.refused: dict[str, int] = {}  # per signal: requests answered with another status
         self.status = 200  # tests may set e.g. 503 to refuse
         self.lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -81,7 +81,8 @@ class OtlpReceiver:
                     reply = receiver._take(self.path, body)
                 else:
                     with receiver.lock:
-                        receiver.refused += 1
+                        signal = self.path.rsplit("/", 1)[-1]
+                        receiver.refused[signal] = receiver.refused.get(signal, 0) + 1
                 self.send_response(status)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", str(len(reply)))

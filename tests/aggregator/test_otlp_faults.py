@@ -176,7 +176,7 @@ def test_drain_cuts_a_long_retry_backoff_short(tmp_path: Path, receiver: OtlpRec
     rank = spawn([sys.executable, "-c", RANK, "50"], env=env | {"RANK": "0"})
     assert rank.wait(timeout=60) == 0
     # refused at 0, 0.5, 1.5, 3.5, 7.5 and 15.5 s: the next try is 16 s later
-    wait_for(lambda: receiver.refused >= 6, timeout=90, what="six refused requests")
+    wait_for(lambda: receiver.refused.get("logs", 0) >= 6, timeout=90, what="six refused requests")
     receiver.status = 200
     (tmp_path / "wait").touch()
     assert agg.wait(timeout=60) == 0, _err(tmp_path)
@@ -309,7 +309,7 @@ def test_otlp_cursors_hold_no_descriptor_with_the_endpoint_down(tmp_path: Path) 
         agg.start_thread()
         try:
             wait_for(lambda: len(messages(log_path(tmp_path))) == 300, timeout=60, what="log")
-            wait_for(lambda: receiver.refused >= 2, timeout=60, what="refused exports")
+            wait_for(lambda: receiver.refused.get("logs", 0) >= 2, timeout=60, what="refused exports")
 
             def spool_fds() -> int:
                 n = 0

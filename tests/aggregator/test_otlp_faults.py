@@ -309,7 +309,9 @@ def test_otlp_cursors_hold_no_descriptor_with_the_endpoint_down(tmp_path: Path) 
         agg.start_thread()
         try:
             wait_for(lambda: len(messages(log_path(tmp_path))) == 300, timeout=60, what="log")
-            wait_for(lambda: receiver.refused.get("logs", 0) >= 2, timeout=60, what="refused exports")
+            wait_for(
+                lambda: receiver.refused.get("logs", 0) >= 2, timeout=60, what="refused exports"
+            )
 
             def spool_fds() -> int:
                 n = 0

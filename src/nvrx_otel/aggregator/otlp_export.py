@@ -24,7 +24,6 @@ with status ERROR and ``nv.nvrx.span.truncated = true``.
 from __future__ import annotations
 
 import copy
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -42,6 +41,14 @@ from nvrx_otel.aggregator.otlp_delivery import (
     JsonLines,
 )
 from nvrx_otel.aggregator.otlp_encode import encode_logs, encode_spans
+from nvrx_otel.aggregator.otlp_files import (
+    FileView,
+    WriterState,
+    count_logs,
+    new_cursor,
+    open_view,
+    victims,
+)
 from nvrx_otel.aggregator.otlp_transport import Transport
 from nvrx_otel.aggregator.reader import SpoolFile, read_chunk
 from nvrx_otel.semconv import DropReasonValues
@@ -51,37 +58,6 @@ __all__ = ["FileView", "JsonLines", "OtlpExport", "build_export"]
 
 READ_BYTES: Final = 1 << 20
 BATCH_RECORDS: Final = 2048
-PRESSURE: Final = 0.5
-"""Share of a writer's spool budget its files may fill before the OTLP backlog gives way."""
-_OPEN_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-_LOG_MARK: Final = b'"k":"log"'
-
-
-@dataclass(frozen=True)
-class FileView:
-    """What the aggregator's loop knows of one spool file (a snapshot)."""
-
-    name: str
-    path: Path
-    ino: int
-    writer: str
-    index: int
-    pid: int
-    committed: int  # bytes whose records are committed in the node log
-    size: int
-    final: bool  # the writer adds nothing more
-    gone: bool  # the writer process is gone
-
-
-@dataclass
-class _Writer:
-    resource: dict[str, Any] = field(default_factory=dict)
-    identity: dict[str, Any] = field(default_factory=dict)
-    budget: int = 0
-    max_file: int = 0
-    last_ts: int = 0
-    open_spans: dict[str, dict[str, Any]] = field(default_factory=dict)
-    pending_reports: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -111,7 +87,7 @@ class OtlpExport:
         self.on_report = on_report
         self.lock = threading.Lock()
         self.cursors: dict[str, SpoolFile] = {}
-        self.writers: dict[str, _Writer] = {}
+        self.writers: dict[str, WriterState] = {}
         self.views: list[FileView] = []
         self.exported = {"logs": 0, "spans": 0, "truncated": 0}
         self.skipped = 0  # records skipped for budget pressure (otlp_backlog)
@@ -184,7 +160,7 @@ class OtlpExport:
             return
         with self.lock:
             for w, s in saved.get("writers", {}).items():
-                self.writers[w] = _Writer(
+                self.writers[w] = WriterState(
                     resource=dict(s.get("res") or {}),
                     identity=dict(s.get("id") or {}),
                     budget=int(s.get("budget") or 0),
@@ -196,7 +172,7 @@ class OtlpExport:
             for name, (ino, offset) in saved.get("cursors", {}).items():
                 parts = parse_name(name)
                 if parts is not None:
-                    c = self.cursors[name] = _new_cursor(name, parts, int(ino))
+                    c = self.cursors[name] = new_cursor(name, parts, int(ino))
                     c.offset = int(offset)
                     w = self.writers.get(parts.writer)
                     if w is not None:
@@ -284,10 +260,10 @@ class OtlpExport:
         with self.lock:
             was = self._cursor(v)
             cursor = copy.copy(was)
-            w = self.writers.setdefault(v.writer, _Writer())
+            w = self.writers.setdefault(v.writer, WriterState())
         if cursor.offset >= v.committed and cursor.offset <= v.size:
             return
-        if not _open(cursor, v):
+        if not open_view(cursor, v):
             return
         try:
             # Up to the committed offset every tail was judged by the node log already: a
@@ -338,7 +314,7 @@ class OtlpExport:
         c = self.cursors.get(v.name)
         if c is None or c.ino != v.ino:
             parts = parse_name(v.name) or SpoolFileName(v.writer, v.index, v.pid, "proc")
-            c = self.cursors[v.name] = _new_cursor(v.name, parts, v.ino)
+            c = self.cursors[v.name] = new_cursor(v.name, parts, v.ino)
             w = self.writers.get(v.writer)
             if w is not None:
                 c.identity = dict(w.identity)
@@ -405,52 +381,21 @@ class OtlpExport:
 
     # --- budget pressure -----------------------------------------------------------------------
 
-    def _victims(self, views: list[FileView]) -> list[tuple[str, FileView]]:
-        """Per live writer under budget pressure, its oldest file kept only for OTLP."""
-        by_writer: dict[str, list[FileView]] = {}
-        for v in views:
-            by_writer.setdefault(v.writer, []).append(v)
-        out = []
-        with self.lock:
-            for writer, files in by_writer.items():
-                w = self.writers.get(writer)
-                if w is None or not w.budget or all(v.gone for v in files):
-                    continue  # a writer that has exited presses on nothing
-                # Act at half the budget: the other half covers the node log's own lag
-                # (a writer's older file becomes final only a while after it moved on).
-                excess = sum(v.size for v in files) + w.max_file - w.budget * PRESSURE
-                for v in files:  # oldest first, until the writer is back under the mark
-                    if excess <= 0:
-                        break
-                    if v.final and v.committed >= v.size and self._offset(v) < v.size:
-                        out.append((writer, v))
-                        excess -= v.size
-        return out
-
     def _under_pressure(self) -> bool:
         with self.lock:
-            views = list(self.views)
-        return bool(self._victims(views))
+            return bool(victims(self.views, self.writers, self._offset))
 
     def _relieve(self, views: list[FileView]) -> None:
         """Skip (and report) the oldest node-logged file of a live writer whose spool files,
         kept only for OTLP, would soon push it over its budget. The skip and its report are
         committed together (the report waits in the writer's state until it is sent)."""
-        for writer, victim in self._victims(views):
+        with self.lock:
+            chosen = victims(views, self.writers, self._offset)
+        for writer, victim in chosen:
             with self.lock:
                 w = self.writers[writer]
                 start = self._cursor(victim).offset
-            skipped = 0
-            probe = _new_cursor(
-                victim.name, SpoolFileName(writer, victim.index, victim.pid, ""), victim.ino
-            )
-            if _open(probe, victim):
-                try:
-                    skipped = os.pread(probe.fd, victim.size - start, start).count(_LOG_MARK)
-                except OSError:
-                    pass
-                finally:
-                    probe.close()
+            skipped = count_logs(victim, start)
             now = time.time_ns()
             report = reports.loss_report(
                 what="dropped",
@@ -474,27 +419,6 @@ class OtlpExport:
                 f"OTLP backlog: skipped {skipped} records of {victim.name} (already in the node "
                 "log) so its writer stays within its spool budget"
             )
-
-
-def _new_cursor(name: str, parts: SpoolFileName, ino: int) -> SpoolFile:
-    return SpoolFile(name=name, parts=parts, fd=-1, ino=ino)
-
-
-def _open(cursor: SpoolFile, v: FileView) -> bool:
-    """Open ``v`` for one read into ``cursor`` (False when it is gone or another file)."""
-    try:
-        fd = os.open(v.path, _OPEN_FLAGS)
-    except OSError:
-        return False
-    try:
-        if os.fstat(fd).st_ino != v.ino:
-            os.close(fd)
-            return False
-    except OSError:
-        os.close(fd)
-        return False
-    cursor.fd = fd
-    return True
 
 
 def build_export(config: Any, node_id: str) -> OtlpExport | None:

@@ -12,6 +12,7 @@ convert them; the TypedDicts below say which keys exist.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Final, TypedDict
 
 import orjson
@@ -208,16 +209,9 @@ def _decode_lenient(line: bytes) -> Any:
 _INT: Final = int
 _STR: Final = str
 _FIELD_TYPES: Final[dict[str, type]] = {
-    # every kind
+    # every kind (the identity fields, ``pid`` and ``file`` are only shown, as they are)
     "ts": _INT,
-    "pid": _INT,
     "key": _STR,
-    "node": _STR,
-    "job": _STR,
-    "rank": _INT,
-    "lrank": _INT,
-    "irank": _INT,
-    "ilrank": _INT,
     "trace_id": _STR,
     "span_id": _STR,
     "tf": _INT,
@@ -227,7 +221,6 @@ _FIELD_TYPES: Final[dict[str, type]] = {
     "lvl": _STR,
     "lg": _STR,
     "msg": _STR,
-    "file": _STR,
     "path": _STR,
     "line": _INT,
     "fn": _STR,
@@ -244,8 +237,6 @@ _FIELD_TYPES: Final[dict[str, type]] = {
     # header
     "w": _STR,
     "f": _INT,
-    "ppid": _INT,
-    "proc": _STR,
     "res": dict,
     "budget": _INT,
     "max": _INT,
@@ -261,10 +252,8 @@ _FIELD_TYPES: Final[dict[str, type]] = {
     "status": dict,
     "dropped": dict,
 }
-"""The JSON type of every field a reader interprets (``bool`` is not an ``int`` here)."""
-_NULLABLE: Final = frozenset(
-    {"path", "fn", "tn", "tid", "line", "file", "proc", "ppid", "parent_id", "scope_v", "attrs"}
-)
+"""The JSON type of every field a sink interprets (``bool`` is not an ``int`` here)."""
+_NULLABLE: Final = frozenset({"path", "fn", "tn", "tid", "line", "parent_id", "scope_v", "attrs"})
 """Fields that may be ``null`` (stdlib leaves a record's thread or function unset)."""
 
 _REQUIRED: Final[dict[str, tuple[str, ...]]] = {
@@ -275,9 +264,9 @@ _REQUIRED: Final[dict[str, tuple[str, ...]]] = {
     KIND_SPAN_END: ("ts", "trace_id", "span_id"),
 }
 
-_valid_shapes: dict[tuple[Any, ...], bool] = {}
-"""Shapes (kind, keys, value types) already judged; records of one call site share one."""
 _MAX_SHAPES: Final = 4096
+_checks: dict[tuple[str, ...], Callable[[dict[str, Any]], bool]] = {}
+"""A compiled check per record shape (its keys in order): a call site's records share one."""
 
 
 def valid(record: dict[str, Any]) -> bool:
@@ -285,38 +274,42 @@ def valid(record: dict[str, Any]) -> bool:
     kind needs are there, and ids are hex of the right length.
 
     A record failing this is corrupt (counted and reported like undecodable bytes) rather
-    than reaching a sink that would fail on it. Cheap: the verdict on a record's shape (its
-    keys and their value types) is cached, so a call site's records pay one lookup.
+    than reaching a sink that would fail on it. Cheap: records of one shape (the same keys
+    in the same order, as a call site writes them) share one check compiled to a single
+    expression of type tests.
     """
-    shape = (*record, *map(type, record.values()))
-    ok = _valid_shapes.get(shape)
-    if ok is None:
-        ok = _shape_ok(record)
-        if len(_valid_shapes) >= _MAX_SHAPES:
-            _valid_shapes.clear()
-        _valid_shapes[shape] = ok
-    if not ok:
-        return False
-    if "trace_id" in record or "parent_id" in record:
-        return _ids_ok(record)
-    return True
+    keys = tuple(record)
+    check = _checks.get(keys)
+    if check is None:
+        if len(_checks) >= _MAX_SHAPES:
+            _checks.clear()
+        check = _checks[keys] = _compile(keys)
+    return check(record)
 
 
-def _shape_ok(record: dict[str, Any]) -> bool:
-    kind = record.get("k")
-    required = _REQUIRED.get(kind) if isinstance(kind, str) else None
-    if required is None:
-        return False
-    for field in required:
-        if field not in record:
-            return False
-    for field, value in record.items():
-        want = _FIELD_TYPES.get(field)
-        if want is not None and type(value) is not want:
-            if value is None and field in _NULLABLE:
-                continue
-            return False
-    return True
+def _compile(keys: tuple[str, ...]) -> Callable[[dict[str, Any]], bool]:
+    """The check of records with exactly these keys. Only field names of
+    ``_FIELD_TYPES`` (constants of this module) go into the generated source."""
+    present = set(keys)
+    kinds = frozenset(
+        kind for kind, needed in _REQUIRED.items() if all(f in present for f in needed)
+    )
+    terms = ["d.get('k') in kinds"]
+    for name, want in _FIELD_TYPES.items():
+        if name not in present:
+            continue
+        test = f"type(d[{name!r}]) is {want.__name__}"
+        if name in _NULLABLE:
+            test = f"({test} or d[{name!r}] is None)"
+        terms.append(test)
+    if "trace_id" in present or "parent_id" in present:
+        terms.append("ids_ok(d)")
+    # names bound as defaults: locals are faster to load than globals
+    names = "type=type, int=int, str=str, dict=dict, list=list, kinds=kinds, ids_ok=ids_ok"
+    source = f"lambda d, {names}: " + " and ".join(terms)  # each term is a bool
+    scope = {"kinds": kinds, "ids_ok": _ids_ok}
+    check: Callable[[dict[str, Any]], bool] = eval(source, scope)
+    return check
 
 
 def _hex(value: Any, length: int) -> bool:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -45,6 +45,7 @@ from nvrx_otel.aggregator.otlp_files import (
     FileView,
     WriterState,
     count_logs,
+    died_in_spans,
     new_cursor,
     open_view,
     victims,
@@ -140,18 +141,7 @@ class OtlpExport:
             self.dirty = False
             return {
                 "cursors": {n: [c.ino, c.offset] for n, c in self.cursors.items()},
-                "writers": {
-                    w: {
-                        "last_ts": s.last_ts,
-                        "open": s.open_spans,
-                        "res": s.resource,
-                        "id": s.identity,
-                        "budget": s.budget,
-                        "max": s.max_file,
-                        "reports": s.pending_reports,
-                    }
-                    for w, s in self.writers.items()
-                },
+                "writers": {w: s.to_json() for w, s in self.writers.items()},
                 "skipped": self.skipped,
             }
 
@@ -160,15 +150,7 @@ class OtlpExport:
             return
         with self.lock:
             for w, s in saved.get("writers", {}).items():
-                self.writers[w] = WriterState(
-                    resource=dict(s.get("res") or {}),
-                    identity=dict(s.get("id") or {}),
-                    budget=int(s.get("budget") or 0),
-                    max_file=int(s.get("max") or 0),
-                    last_ts=int(s.get("last_ts") or 0),
-                    open_spans=dict(s.get("open") or {}),
-                    pending_reports=list(s.get("reports") or []),
-                )
+                self.writers[w] = WriterState.from_json(s)
             for name, (ino, offset) in saved.get("cursors", {}).items():
                 parts = parse_name(name)
                 if parts is not None:
@@ -325,24 +307,11 @@ class OtlpExport:
         return c.offset if c is not None and c.ino == v.ino else 0
 
     def _pending_truncation(self) -> bool:
-        return any(
-            s.open_spans and self._writer_done(w, self.views) for w, s in self.writers.items()
-        )
+        return bool(died_in_spans(self.views, self.writers, self._offset))
 
-    def _writer_done(self, writer: str, views: Iterable[FileView]) -> bool:
-        """The writer is gone and every byte of its files is exported."""
-        mine = [v for v in views if v.writer == writer]
-        return all(v.gone and v.final and self._offset(v) >= v.size for v in mine)
-
-    def _truncated(
-        self, views: list[FileView]
-    ) -> list[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
-        out = []
+    def _truncated(self, views: list[FileView]) -> list[tuple[str, dict[str, Any], list[Any]]]:
         with self.lock:
-            for writer, s in self.writers.items():
-                if s.open_spans and self._writer_done(writer, views):
-                    out.append((writer, s.resource, list(s.open_spans.values())))
-        return out
+            return died_in_spans(views, self.writers, self._offset)
 
     # --- sending ------------------------------------------------------------------------------
 

@@ -52,6 +52,30 @@ class WriterState:
     open_spans: dict[str, dict[str, Any]] = field(default_factory=dict)
     pending_reports: list[dict[str, Any]] = field(default_factory=list)
 
+    def to_json(self) -> dict[str, Any]:
+        """The form committed with the aggregator's state."""
+        return {
+            "last_ts": self.last_ts,
+            "open": dict(self.open_spans),
+            "res": self.resource,
+            "id": self.identity,
+            "budget": self.budget,
+            "max": self.max_file,
+            "reports": list(self.pending_reports),
+        }
+
+    @classmethod
+    def from_json(cls, s: dict[str, Any]) -> WriterState:
+        return cls(
+            resource=dict(s.get("res") or {}),
+            identity=dict(s.get("id") or {}),
+            budget=int(s.get("budget") or 0),
+            max_file=int(s.get("max") or 0),
+            last_ts=int(s.get("last_ts") or 0),
+            open_spans=dict(s.get("open") or {}),
+            pending_reports=list(s.get("reports") or []),
+        )
+
 
 def new_cursor(name: str, parts: SpoolFileName, ino: int) -> SpoolFile:
     """A reader cursor of the OTLP side: no descriptor until a read opens one."""
@@ -111,3 +135,19 @@ def count_logs(v: FileView, start: int) -> int:
         return 0
     finally:
         probe.close()
+
+
+def died_in_spans(
+    views: list[FileView], writers: dict[str, WriterState], offset: Callable[[FileView], int]
+) -> list[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
+    """Per writer that is gone, whose files are all exported, and that still has open
+    spans: the writer, its resource and those spans' ``span_start`` records (the caller
+    holds the exporter's lock; ``offset`` is the OTLP cursor of a file)."""
+    out = []
+    for writer, s in writers.items():
+        if not s.open_spans:
+            continue
+        mine = [v for v in views if v.writer == writer]
+        if all(v.gone and v.final and offset(v) >= v.size for v in mine):
+            out.append((writer, s.resource, list(s.open_spans.values())))
+    return out

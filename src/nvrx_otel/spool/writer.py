@@ -21,14 +21,15 @@ from typing import Any, Final
 
 import orjson
 
+from nvrx_otel import env
 from nvrx_otel import record as rec
 from nvrx_otel.identity import get_identity
 from nvrx_otel.semconv import DropReasonValues
 from nvrx_otel.spool.paths import SpoolFileName, SpoolPathError, check_dir, job_dir
 
 _dumps = orjson.dumps
-DEFAULT_MAX_FILE_SIZE: Final = 10240 * 1024
-DEFAULT_MAX_FILES: Final = 4
+DEFAULT_MAX_FILE_SIZE: Final = env.SPOOL_FILE_SIZE_KB.default * 1024
+DEFAULT_MAX_FILES: Final = env.SPOOL_FILES.default
 _RECHECK_NS: Final = 50_000_000  # while dropping, look for freed space at most every 50 ms
 _REOPEN_NS: Final = 1_000_000_000  # after a failed open, try again at most every second
 _OPEN_FLAGS: Final = (

@@ -186,7 +186,7 @@ def _remove_handlers(st: _State) -> None:
 
 
 def _spool_writer() -> SpoolWriter | None:
-    if env.read(env.NVRX_OTEL_DISABLED, env.parse_flag, False):
+    if env.DISABLED.get():
         return None
     directory = default_spool_dir()
     if directory is None:

@@ -740,9 +740,21 @@ def default_text(setting: Setting[object, object]) -> str:
     return str(value)
 
 
-def markdown_table() -> str:
-    """The README's settings table: one row per setting, from :data:`SETTINGS`."""
-    lines = ["| variable | value | default | meaning |", "|---|---|---|---|"]
+def settings_markdown() -> str:
+    """``docs/settings.md``: one table row per setting, from :data:`SETTINGS`."""
+    lines = [
+        "# Settings",
+        "",
+        "<!-- Generated from src/nvrx_otel/env.py by `python -m nvrx_otel._generate`;"
+        " do not edit. -->",
+        "",
+        "Every environment variable nvrx-otel reads. A malformed value never stops training:",
+        "the setup path prints one line naming the variable and the value and uses the",
+        "default; the CLIs (`--strict`) fail with the same message.",
+        "",
+        "| variable | value | default | meaning |",
+        "|---|---|---|---|",
+    ]
     for s in SETTINGS.values():
         meaning = " ".join(s.meaning.split()).replace("``", "`").replace("|", "\\|")
         lines.append(f"| `{s.name}` | {s.kind} | {default_text(s)} | {meaning} |")

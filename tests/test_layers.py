@@ -1,7 +1,7 @@
 """Layers: no import runs from a lower layer up.
 
-The layers, lowest first: ``env``/``identity``/``record``/``spool`` (and the neutral
-``nodeline`` grammar), then the front ends ``logging`` and ``tracing``, then the
+The layers, lowest first: ``env``/``identity``/``levels``/``record``/``spool`` (and the
+neutral ``nodeline`` grammar), then the front ends ``logging`` and ``tracing``, then the
 ``aggregator``. Each test starts a fresh interpreter, so what it counts is what a rank
 process would import.
 """
@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-LOW = ("env", "identity", "record", "spool", "nodeline")
+LOW = ("env", "identity", "levels", "record", "spool", "nodeline")
 FRONT_ENDS = ("logging", "tracing")
 UPPER = {
     "nvrx_otel.env": ("logging", "tracing", "aggregator"),
     "nvrx_otel.identity": ("logging", "tracing", "aggregator"),
+    "nvrx_otel.levels": ("logging", "tracing", "aggregator"),
     "nvrx_otel.record": ("logging", "tracing", "aggregator"),
     "nvrx_otel.spool": ("logging", "tracing", "aggregator"),
     "nvrx_otel.spool.writer": ("logging", "tracing", "aggregator"),

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from nvrx_otel import _tracectx, env
+from nvrx_otel import _tracectx, env, levels
 from nvrx_otel import record as rec
 from nvrx_otel.identity import get_identity
 from nvrx_otel.logging.watched import WatchedList
@@ -103,7 +103,7 @@ def from_log_record(lr: logging.LogRecord) -> dict[str, Any]:
     out: dict[str, Any] = {
         "k": rec.KIND_LOG,
         "ts": int(lr.created * 1_000_000_000),
-        "sev": rec.severity_of(lr.levelno),
+        "sev": levels.severity_of(lr.levelno),
         "lvl": lr.levelname,
         "lg": lr.name,
         "msg": msg,
@@ -189,7 +189,7 @@ class _Lines:
         fields = {
             "v": rec.SCHEMA_VERSION,
             "k": rec.KIND_LOG,
-            "sev": rec.severity_of(levelno),
+            "sev": levels.severity_of(levelno),
             "lvl": levelname,
             "lg": name,
         }

@@ -27,6 +27,7 @@ UPPER = {
     "nvrx_otel.spool.writer": ("logging", "tracing", "aggregator"),
     "nvrx_otel.nodeline": ("logging", "tracing", "aggregator"),
     "nvrx_otel.logging": ("tracing", "aggregator"),
+    "nvrx_otel.logging.logflow": ("tracing", "aggregator"),
     "nvrx_otel.tracing": ("logging", "aggregator"),
 }
 STREAM_MODE_MODULES_MEASURED = 158

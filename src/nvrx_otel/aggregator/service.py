@@ -46,8 +46,8 @@ from nvrx_otel.spool.paths import SpoolPathError, check_dir, job_dir, safe_compo
 
 __all__ = ["Aggregator", "AggregatorConfig", "AggregatorError", "RecordSink"]
 
-DEFAULT_HOLD_WINDOW_MS: Final = 2000
-DEFAULT_STATUS_INTERVAL_S: Final = 60.0
+DEFAULT_HOLD_WINDOW_MS: Final = env.HOLD_WINDOW_MS.default
+DEFAULT_STATUS_INTERVAL_S: Final = env.STATUS_INTERVAL_S.default
 COMMIT_EVERY_S: Final = 1.0
 """While a backlog keeps the loop busy, progress is committed at least this often."""
 CYCLE_CHUNKS: Final = 16
@@ -80,24 +80,12 @@ class AggregatorConfig:
     @classmethod
     def from_env(cls, *, strict: bool = False, **fields: Any) -> AggregatorConfig:
         """A config from ``fields`` plus the NVRX_OTEL_* variables (``fields`` win)."""
-        max_mb = env.read(env.NVRX_OTEL_NODE_LOG_MAX_MB, env.parse_nonneg_float, 0.0, strict=strict)
+        max_mb = env.NODE_LOG_MAX_MB.get(strict=strict)
         knobs: dict[str, Any] = {
             "max_log_bytes": int(max_mb * 1024 * 1024),
-            "log_backups": env.read(
-                env.NVRX_OTEL_NODE_LOG_BACKUPS, env.parse_nonneg_int, None, strict=strict
-            ),
-            "hold_window_ms": env.read(
-                env.NVRX_OTEL_HOLD_WINDOW_MS,
-                env.parse_nonneg_int,
-                DEFAULT_HOLD_WINDOW_MS,
-                strict=strict,
-            ),
-            "status_interval": env.read(
-                env.NVRX_OTEL_STATUS_INTERVAL_S,
-                env.parse_nonneg_float,
-                DEFAULT_STATUS_INTERVAL_S,
-                strict=strict,
-            ),
+            "log_backups": env.NODE_LOG_BACKUPS.get(strict=strict),
+            "hold_window_ms": env.HOLD_WINDOW_MS.get(strict=strict),
+            "status_interval": env.STATUS_INTERVAL_S.get(strict=strict),
         }
         knobs.update(fields)
         return cls(**knobs)

@@ -21,14 +21,15 @@ from typing import Any, Final
 
 import orjson
 
+from nvrx_otel import env
 from nvrx_otel import record as rec
-from nvrx_otel.identity import get_identity
+from nvrx_otel.identity import get_identity, record_fields
 from nvrx_otel.semconv import DropReasonValues
 from nvrx_otel.spool.paths import SpoolFileName, SpoolPathError, check_dir, job_dir
 
 _dumps = orjson.dumps
-DEFAULT_MAX_FILE_SIZE: Final = 10240 * 1024
-DEFAULT_MAX_FILES: Final = 4
+DEFAULT_MAX_FILE_SIZE: Final = env.SPOOL_FILE_SIZE_KB.default * 1024
+DEFAULT_MAX_FILES: Final = env.SPOOL_FILES.default
 _RECHECK_NS: Final = 50_000_000  # while dropping, look for freed space at most every 50 ms
 _REOPEN_NS: Final = 1_000_000_000  # after a failed open, try again at most every second
 _OPEN_FLAGS: Final = (
@@ -114,16 +115,9 @@ class SpoolWriter:
         self._drop_first = 0
         self._drop_last = 0
         self._errors_reported: set[str] = set()
-        base: dict[str, Any] = {"node": ident.node_id, "pid": self.pid}
-        for key, value in (
-            ("job", ident.job_id),
-            ("rank", ident.workload_rank),
-            ("lrank", ident.workload_local_rank),
-            ("irank", ident.infra_rank),
-            ("ilrank", ident.infra_local_rank),
-        ):
-            if value is not None:
-                base[key] = value
+        # The identity table's fields, with pid after the first (node), as records hold them.
+        node, *rest = record_fields(ident).items()
+        base: dict[str, Any] = dict([node, ("pid", self.pid), *rest])
         self.identity_fields = base
         # The same fields as bytes, to splice onto a line that ends in "}" (hot path).
         self.identity_suffix = b"," + orjson.dumps(base)[1:] + b"\n"

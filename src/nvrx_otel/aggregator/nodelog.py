@@ -8,7 +8,9 @@ One record becomes (one line)::
 ``?`` stands for an unknown rank; `` [trace_id=<32 hex> span_id=<16 hex>]`` ends the line
 when the record was written inside a span. Further lines of the message and the
 exception text follow, each indented by four spaces, so none reads as a record. Control
-characters other than tab are written as ``\\xNN`` (no ANSI escape reaches the file raw).
+characters other than tab are written as ``\\xNN`` (no ANSI escape reaches the file raw),
+and the line and paragraph separators U+2028 and U+2029 as ``\\u2028`` and ``\\u2029``
+(readers that split lines on them would otherwise see a record broken in two).
 
 The file sink appends with ``O_APPEND``, fsyncs on request, and rotates by renaming to
 ``.1``, ``.2``, ...; how a rotation survives a crash is the service's business (it commits
@@ -25,8 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-_CONTROL: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
-"""C0 controls except tab, DEL and C1 controls (U+0080..U+009F, e.g. the one-byte CSI)."""
+_CONTROL: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+"""C0 controls except tab, DEL, C1 controls (U+0080..U+009F, e.g. the one-byte CSI) and the
+Unicode line and paragraph separators."""
 _INDENT: Final = "    "
 _NS: Final = 1_000_000_000
 _MS: Final = 1_000_000
@@ -36,11 +39,13 @@ _STAMPS_MAX: Final = 4096
 
 
 def _escape_one(match: re.Match[str]) -> str:
-    return f"\\x{ord(match.group()):02x}"
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def escape(text: str) -> str:
-    """``text`` with control characters (other than tab) written as ``\\xNN``."""
+    """``text`` with control characters (other than tab) written as ``\\xNN`` and the line
+    and paragraph separators as ``\\u2028`` / ``\\u2029``."""
     return _CONTROL.sub(_escape_one, text)
 
 
@@ -215,14 +220,14 @@ def format_clean_records(records: list[dict[str, Any]], node: str) -> str:
     return "\n".join(out)
 
 
-_DIRTY_MARKS: Final = (b"\\", b"\x7f", b"\xc2")
+_DIRTY_MARKS: Final = (b"\\", b"\x7f", b"\xc2", b"\xe2\x80\xa8", b"\xe2\x80\xa9")
 
 
 def is_clean(raw: bytes) -> bool:
     """Whether orjson-encoded lines ``raw`` decode to records whose strings hold no control
     character: JSON writes C0 controls (newline included) as ``\\`` escapes but DEL raw,
-    and C1 controls start with byte ``0xc2`` in UTF-8. Three ``memchr`` scans; a false
-    positive only costs the careful path."""
+    C1 controls start with byte ``0xc2`` in UTF-8, and orjson writes U+2028 and U+2029
+    raw. Five byte scans; a false positive only costs the careful path."""
     return not any(mark in raw for mark in _DIRTY_MARKS)
 
 

@@ -360,7 +360,7 @@ class Aggregator:
                 backlog = False
                 continue
             now = time.monotonic()
-            if stopping and (now >= self._deadline or self._drained()):
+            if stopping and (now >= self._deadline or (not backlog and self._drained())):
                 break
             if now >= next_status:
                 self._status()
@@ -397,9 +397,14 @@ class Aggregator:
                 backlog = True
                 break
             for f in files:
-                if f.fd < 0:
-                    continue
-                f.final = spool.final(f, now)
+                if f.fd < 0:  # parked: reopened when there is something to read
+                    f.final = spool.final(f, now)
+                    if spool.current_size(f) <= f.offset + f.tail and not (f.tail and f.final):
+                        continue
+                    if not spool.reopen(f):
+                        break  # cannot be opened now (descriptors): tried again next cycle
+                else:
+                    f.final = spool.final(f, now)
                 before = f.offset
                 chunk = read_chunk(
                     f,
@@ -411,13 +416,18 @@ class Aggregator:
                 if chunk is not None:
                     self._take(chunk)
                 budget -= f.offset - before
-                if f.offset + f.tail < f.size or budget <= 0:
+                more = f.offset + f.tail < f.size
+                if spool.over_cap() or (f.final and not more and not f.tail):
+                    spool.park(f)  # descriptors stay bounded; a finished file needs none
+                if more or budget <= 0:
                     backlog = True  # more to read in this file, or the cycle's budget is spent
                     break  # the rest of this file before the writer's next file
         if self._merge is not None:
             self._out.released(self._merge.pop(time.time_ns()))
         if self._otlp is not None:
             self._dirty = self._dirty or self._otlp.dirty
+        if not self._dirty:  # files become final with time alone: delete them all the same
+            self._delete_consumed()
         if self._dirty and (not backlog or time.monotonic() - self._last_commit >= COMMIT_EVERY_S):
             self._commit()
             self._delete_consumed()
@@ -447,7 +457,7 @@ class Aggregator:
         files = {
             f.name: st.FileProgress(f.ino, f.done, f.hdr_crc)
             for f in self._spool.tracked
-            if not f.vanished and f.fd >= 0
+            if not f.vanished
         }
         log = st.LogProgress(
             path=str(self.log_path),
@@ -508,7 +518,7 @@ class Aggregator:
                 gone=spool.writer_gone(f.writer),
             )
             for f in spool.tracked
-            if not f.vanished and f.fd >= 0
+            if not f.vanished
         ]
 
     def _delete_consumed(self) -> None:
@@ -559,13 +569,7 @@ class Aggregator:
     def _drained(self) -> bool:
         if self._otlp is not None and not self._otlp.caught_up():
             return False
-        spool = self._spool
-        for writer, files in spool.writers():
-            if not spool.writer_gone(writer):
-                return False
-            if any(f.offset < f.size or f.tail for f in files):
-                return False
-        return True
+        return self._spool.drained()
 
     def _finish(self) -> None:
         reason = self.stop_reason or "stopped"

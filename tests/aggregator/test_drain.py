@@ -113,3 +113,65 @@ def test_drain_reads_past_a_record_larger_than_the_cycle_budget(tmp_path: Path) 
     big = [m for m in kept if m.startswith("big ")]
     assert dropped == 0
     assert len(big) + corrupt == 1, err
+
+
+BUDGET_WRITER = r"""
+import os, sys, time
+from pathlib import Path
+from nvrx_otel.spool.writer import SpoolWriter
+directory, go = Path(sys.argv[1]), Path(sys.argv[2])
+w = SpoolWriter(directory, max_file_size=4096, budget=16384)
+def log(msg):
+    w.emit({"k": "log", "ts": time.time_ns(), "sev": 9, "lvl": "INFO", "lg": "t",
+            "msg": msg, "file": "w.py", "line": 1, "pid": 0})
+for i in range(500):
+    log(f"before {i}")
+print("over budget", flush=True)
+while not go.exists():
+    time.sleep(0.01)
+for i in range(20):
+    log(f"after {i}")
+w.close()
+"""
+
+
+def test_writer_over_budget_resumes_once_the_aggregator_caught_up(tmp_path: Path) -> None:
+    """A writer fills its budget while no aggregator runs and drops the rest. The
+    aggregator then starts and reads everything; the writer's older files become final only
+    later (settling time), with nothing new to read: they are deleted all the same, so the
+    writer logs again and those records are kept, its drops reported."""
+    job = spool_dir(tmp_path)
+    go = tmp_path / "go"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BUDGET_WRITER, str(job), str(go)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    agg = None
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "over budget\n"
+        assert len(list(job.glob("*.jsonl"))) >= 3
+        agg = cli(tmp_path)
+        started(tmp_path, agg)
+        wait_for(
+            lambda: len(list(job.glob("*.jsonl"))) == 1,
+            timeout=60,
+            what="the consumed older spool files deleted",
+        )
+        go.touch()
+        assert proc.wait(timeout=60) == 0
+        (tmp_path / "done").touch()
+        code, err = finish(agg)
+    finally:
+        go.touch()
+        proc.wait(timeout=60)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        if agg is not None and agg.poll() is None:
+            agg.kill()
+            agg.wait()
+    assert code == 0, err
+    kept, dropped, corrupt = ledger(log_path(tmp_path))
+    assert [m for m in kept if m.startswith("after")] == [f"after {i}" for i in range(20)], err
+    assert dropped > 0 and corrupt == 0
+    assert len(kept) + dropped == 520, err

@@ -206,13 +206,19 @@ class AggProc(subprocess.Popen[str]):
 
 
 def cli(
-    tmp: Path, *args: str, env: dict[str, str] | None = None, wait_file: Path | None = None
+    tmp: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    wait_file: Path | None = None,
+    command: list[str] | None = None,
 ) -> AggProc:
-    """``python -m nvrx_otel.logging.aggregator`` as a real process."""
+    """``python -m nvrx_otel.logging.aggregator`` as a real process (``command`` instead of
+    ``python -m ...``: e.g. a ``python -c`` that sets limits first, then runs the module)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "NVRX", "RANK"))}
     full_env.update({"NVRX_OTEL_NODE_ID": NODE, "NVRX_NODE_LOCAL_TMPDIR": str(tmp / "spool")})
     full_env.update(env or {})
-    argv = [sys.executable, "-m", "nvrx_otel.logging.aggregator", "--log-dir", str(tmp / "logs")]
+    argv = command or [sys.executable, "-m", "nvrx_otel.logging.aggregator"]
+    argv = [*argv, "--log-dir", str(tmp / "logs")]
     argv += ["--wait-file", str(wait_file or tmp / "done"), "--check-interval", "0.05"]
     argv += ["--job-id", "job1", *args]
     return spawn(tmp, argv, full_env)

@@ -116,10 +116,11 @@ class Aggregator:
         self.job_dir = job_dir(config.spool_root, self.job_id).absolute()
         name = config.log_name or f"nvrx_log_{safe_component(self.node_id)}.log"
         self.log_path = (config.log_dir / name).absolute()
-        # Where progress is committed while the spool's file system is full (see state.py).
+        # Progress is committed next to the node log while the spool's file system is full.
         self.fallback_state = self.log_path.with_name(
             f".{self.log_path.name}.{safe_component(self.job_id or 'nojob')}.state.json"
         )
+        self._state = st.StateStore(self.job_dir, self.fallback_state)
         self.health = Health()
         self.exit_code: int | None = None
         self.stop_reason: str | None = None
@@ -151,8 +152,6 @@ class Aggregator:
         self._last_commit = 0.0
         self._broken = False
         self._cycles = 0
-        self._seq = 0  # commit counter
-        self._commit_error = ""  # why the last commit went to the fallback ("" if it did not)
 
     def __del__(self) -> None:
         waker = getattr(self, "_waker", None)
@@ -197,7 +196,7 @@ class Aggregator:
         """Resume from the last commit: node log truncated to the committed length,
         an interrupted rotation finished, spool files resumed at their offsets."""
         try:
-            saved = st.load(self.job_dir, self.fallback_state)
+            saved = self._state.load()
         except st.StateError as exc:
             say(
                 f"{exc}; starting over: every spool file is read from its start, so records "
@@ -206,7 +205,6 @@ class Aggregator:
             saved = None
         if saved is not None:
             self._totals.update(saved.totals)
-            self._seq = max(self._seq, saved.seq)
         try:
             self._log.open()
         except OSError as exc:
@@ -476,9 +474,7 @@ class Aggregator:
         )
         otlp = self._otlp.state() if self._otlp is not None else None
         self._ensure_job_dir()
-        self._seq += 1
-        state = st.State(files=files, log=log, totals=dict(self._totals), otlp=otlp, seq=self._seq)
-        self._said_commit(st.commit(self.job_dir, state, self.fallback_state))
+        self._state.commit(st.State(files=files, log=log, totals=dict(self._totals), otlp=otlp))
         for f in self._spool.tracked:
             f.committed = f.done
         self._backlog_bytes = self._spool.backlog()
@@ -486,18 +482,6 @@ class Aggregator:
         self._last_commit = time.monotonic()
         if self._otlp is not None:
             self._otlp.update(self._views())
-
-    def _said_commit(self, error: OSError | None) -> None:
-        """Say when commits move to the fallback state file and when they come back."""
-        message = "" if error is None else str(error)
-        if message and not self._commit_error:
-            say(
-                f"cannot commit progress in {self.job_dir} ({message}): committing to "
-                f"{self.fallback_state} until it can"
-            )
-        elif self._commit_error and not message:
-            say(f"committing progress in {self.job_dir} again")
-        self._commit_error = message
 
     def _ensure_job_dir(self) -> None:
         """Make the job directory again if it was removed while served (a tmp cleaner, an

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import orjson
 
+from nvrx_otel.aggregator.health import say
 from nvrx_otel.aggregator.nodelog import Backup, RotationPlan, Stats
 from nvrx_otel.spool.paths import STATE_NAME
 
@@ -254,3 +255,35 @@ def _replace(path: Path, data: bytes) -> None:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+class StateStore:
+    """The job's committed state: numbered commits to the job directory, or to the fallback
+    while that fails (said once when commits move there, and when they come back)."""
+
+    def __init__(self, job_dir: Path, fallback: Path) -> None:
+        self.job_dir = job_dir
+        self.fallback = fallback
+        self.seq = 0  # the last commit's number
+        self._error = ""  # why commits go to the fallback ("" while they do not)
+
+    def load(self) -> State | None:
+        saved = load(self.job_dir, self.fallback)
+        if saved is not None:
+            self.seq = max(self.seq, saved.seq)
+        return saved
+
+    def commit(self, state: State) -> None:
+        """Commit ``state`` under the next number (OSError when it cannot be anywhere)."""
+        self.seq += 1
+        state.seq = self.seq
+        error = commit(self.job_dir, state, self.fallback)
+        message = "" if error is None else str(error)
+        if message and not self._error:
+            say(
+                f"cannot commit progress in {self.job_dir} ({message}): committing to "
+                f"{self.fallback} until it can"
+            )
+        elif self._error and not message:
+            say(f"committing progress in {self.job_dir} again")
+        self._error = message

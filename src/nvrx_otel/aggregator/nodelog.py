@@ -220,15 +220,20 @@ def format_clean_records(records: list[dict[str, Any]], node: str) -> str:
     return "\n".join(out)
 
 
-_DIRTY_MARKS: Final = (b"\\", b"\x7f", b"\xc2", b"\xe2\x80\xa8", b"\xe2\x80\xa9")
+_DIRTY_MARKS: Final = (b"\\", b"\x7f", b"\xc2")
+_SEPARATORS: Final = (b"\xe2\x80\xa8", b"\xe2\x80\xa9")
 
 
 def is_clean(raw: bytes) -> bool:
     """Whether orjson-encoded lines ``raw`` decode to records whose strings hold no control
     character: JSON writes C0 controls (newline included) as ``\\`` escapes but DEL raw,
     C1 controls start with byte ``0xc2`` in UTF-8, and orjson writes U+2028 and U+2029
-    raw. Five byte scans; a false positive only costs the careful path."""
-    return not any(mark in raw for mark in _DIRTY_MARKS)
+    raw (lead byte ``0xe2``, looked for in full only when that byte is there: a one-byte
+    search is ``memchr``, a three-byte one a hundred times slower). A false positive only
+    costs the careful path."""
+    if any(mark in raw for mark in _DIRTY_MARKS):
+        return False
+    return b"\xe2" not in raw or not any(sep in raw for sep in _SEPARATORS)
 
 
 # --- the file ------------------------------------------------------------------------------

@@ -118,7 +118,8 @@ class SpoolDir:
 
     def reopen(self, f: SpoolFile) -> bool:
         """Open a parked file by name if the name still means it; False when it cannot be
-        opened now (retried later) or is gone (then marked vanished)."""
+        opened now (retried later) or the name is gone or means another file (the next
+        scan notices)."""
         if f.fd >= 0:
             return True
         if f.vanished:
@@ -191,7 +192,7 @@ class SpoolDir:
                 continue
             if p.hdr and not f.hdr_crc and self.reopen(f) and self.over_cap():
                 self.park(f)  # opened to read its header only
-            if p.hdr == f.hdr_crc or not p.hdr:
+            if p.hdr == f.hdr_crc or not p.hdr or not f.hdr_crc:  # unread header: by inode
                 f.offset = f.done = f.committed = p.offset
                 f.size = max(f.size, p.offset)
 

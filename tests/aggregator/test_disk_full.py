@@ -118,13 +118,7 @@ def test_node_log_and_spool_both_full_exits_with_status_1(tmp_path: Path) -> Non
                 staged.log(f"record {i}")
             staged.close()
             for fs in (job, tmp_path / "logs"):
-                with (fs / "filler").open("wb") as f:
-                    try:
-                        while True:
-                            f.write(b"\0" * 65536)
-                            f.flush()
-                    except OSError:
-                        pass
+                _fill(fs)
             os.rename(staged.path, job / staged.path.name)  # in place, no space needed
             (tmp_path / "done").touch()
             code, err = finish(agg, timeout=60)
@@ -134,3 +128,50 @@ def test_node_log_and_spool_both_full_exits_with_status_1(tmp_path: Path) -> Non
                 agg.wait()
     assert code == 1, err
     assert "exit status 1" in err, err
+
+
+def _fill(directory: Path) -> Path:
+    filler = directory / "filler"
+    with filler.open("wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_kill_9_while_committing_to_the_fallback_then_restart_keeps_exactly_once(
+    tmp_path: Path,
+) -> None:
+    """An aggregator drains a spool file while the spool's file system is full (progress
+    in the fallback, the consumed file deleted) and is killed; the next one, with space
+    back, resumes from the fallback, the newer state: every record once, none lost."""
+    with tmpfs(tmp_path / "spool", "1m"):
+        agg = cli(tmp_path)
+        try:
+            started(tmp_path, agg)
+            job = spool_dir(tmp_path)
+            staged = FakeWriter(tmp_path / "spool" / "staging")
+            for i in range(2000):
+                staged.log(f"record {i}")
+            staged.close()
+            filler = _fill(job)
+            os.rename(staged.path, job / staged.path.name)
+            wait_for(
+                lambda: not list(job.glob("*.jsonl")), timeout=60, what="file consumed, deleted"
+            )
+            wait_for(lambda: "committing to" in agg.err(), timeout=10, what="fallback commit")
+        finally:
+            agg.kill()
+            agg.wait()
+        filler.unlink()
+        again = cli(tmp_path)
+        started(tmp_path, again)
+        (tmp_path / "done").touch()
+        code, err = finish(again)
+    assert code == 0, err
+    kept, dropped, corrupt = ledger(log_path(tmp_path))
+    assert kept == [f"record {i}" for i in range(2000)], err
+    assert (dropped, corrupt) == (0, 0)

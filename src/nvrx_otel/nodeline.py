@@ -8,7 +8,9 @@ One record becomes (one line)::
 ``?`` stands for an unknown rank; `` [trace_id=<32 hex> span_id=<16 hex>]`` ends the line
 when the record was written inside a span. Further lines of the message and the
 exception text follow, each indented by four spaces, so none reads as a record. Control
-characters other than tab are written as ``\\xNN`` (no ANSI escape reaches the file raw).
+characters other than tab are written as ``\\xNN`` (no ANSI escape reaches the file raw),
+and the line and paragraph separators U+2028 and U+2029 as ``\\u2028`` and ``\\u2029``
+(readers that split lines on them would otherwise see a record broken in two).
 
 Both the aggregator's node log and the logging front end's stream and file modes write
 this grammar, so it sits below both and imports only the standard library.
@@ -21,8 +23,9 @@ import time
 from collections.abc import Iterable
 from typing import Any, Final
 
-_CONTROL: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
-"""C0 controls except tab, DEL and C1 controls (U+0080..U+009F, e.g. the one-byte CSI)."""
+_CONTROL: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+"""C0 controls except tab, DEL, C1 controls (U+0080..U+009F, e.g. the one-byte CSI) and the
+Unicode line and paragraph separators."""
 _INDENT: Final = "    "
 _NS: Final = 1_000_000_000
 _MS: Final = 1_000_000
@@ -32,11 +35,13 @@ _STAMPS_MAX: Final = 4096
 
 
 def _escape_one(match: re.Match[str]) -> str:
-    return f"\\x{ord(match.group()):02x}"
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def escape(text: str) -> str:
-    """``text`` with control characters (other than tab) written as ``\\xNN``."""
+    """``text`` with control characters (other than tab) written as ``\\xNN`` and the line
+    and paragraph separators as ``\\u2028`` / ``\\u2029``."""
     return _CONTROL.sub(_escape_one, text)
 
 
@@ -212,11 +217,16 @@ def format_clean_records(records: list[dict[str, Any]], node: str) -> str:
 
 
 _DIRTY_MARKS: Final = (b"\\", b"\x7f", b"\xc2")
+_SEPARATORS: Final = (b"\xe2\x80\xa8", b"\xe2\x80\xa9")
 
 
 def is_clean(raw: bytes) -> bool:
     """Whether orjson-encoded lines ``raw`` decode to records whose strings hold no control
     character: JSON writes C0 controls (newline included) as ``\\`` escapes but DEL raw,
-    and C1 controls start with byte ``0xc2`` in UTF-8. Three ``memchr`` scans; a false
-    positive only costs the careful path."""
-    return not any(mark in raw for mark in _DIRTY_MARKS)
+    C1 controls start with byte ``0xc2`` in UTF-8, and orjson writes U+2028 and U+2029
+    raw (lead byte ``0xe2``, looked for in full only when that byte is there: a one-byte
+    search is ``memchr``, a three-byte one a hundred times slower). A false positive only
+    costs the careful path."""
+    if any(mark in raw for mark in _DIRTY_MARKS):
+        return False
+    return b"\xe2" not in raw or not any(sep in raw for sep in _SEPARATORS)

@@ -129,7 +129,8 @@ def _url(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = DEFAULT_PROG) -> int:
-    """Run the aggregator; returns the exit code (2 for bad arguments, 1 when it cannot run)."""
+    """Run the aggregator; returns the exit code (2 for bad arguments, 1 when it cannot run
+    or could not write the node log or commit its progress: records stayed undelivered)."""
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     try:

@@ -23,7 +23,6 @@ import fcntl
 import os
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
 import orjson
@@ -34,10 +33,12 @@ from nvrx_otel.aggregator.nodelog import is_clean
 from nvrx_otel.semconv import DropReasonValues
 from nvrx_otel.spool.paths import SpoolFileName
 
-MAX_LINE: Final = 64 << 20
-"""A line longer than this is not a record the writer made: it is skipped as corrupt."""
+MAX_LINE: Final = 4 << 20
+"""A line longer than this is not a record the writer made (writers cap a record well
+below it): it is skipped as one corrupt record, read in blocks and never held whole, so the
+aggregator's memory stays bounded whatever a spool file holds."""
+_SKIP_BLOCK: Final = 1 << 20
 _HEADER_PROBE: Final = 64 << 10
-_OPEN_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 @dataclass(eq=False)
@@ -61,6 +62,8 @@ class SpoolFile:
     held: int = 0  # records read but still held by the chronological merge
     committed: int = 0  # ``done`` as of the last commit
     final: bool = False  # the writer adds nothing more (as decided in the last cycle)
+    seen_gone: bool = False  # no writer held its lock at the last probe
+    long_scan: int = 0  # an over-long line at ``offset`` has no ``\n`` before this offset
 
     @property
     def writer(self) -> str:
@@ -95,16 +98,12 @@ class Chunk:
         return len(self.records) - len(self.reports) + sum(self.reports.values())
 
 
-def open_spool_file(directory: Path, name: str, parts: SpoolFileName) -> SpoolFile:
-    """Open ``name`` for reading (OSError if it cannot be)."""
-    fd = os.open(directory / name, _OPEN_FLAGS)
-    try:
-        st = os.fstat(fd)
+def read_header(fd: int) -> bytes:
+    """The first bytes of a spool file, enough to hold its header line."""
+    head = os.pread(fd, 4096, 0)
+    if b"\n" not in head and len(head) == 4096:
         head = os.pread(fd, _HEADER_PROBE, 0)
-    except OSError:
-        os.close(fd)
-        raise
-    return SpoolFile(name=name, parts=parts, fd=fd, ino=st.st_ino, hdr_crc=header_crc(head))
+    return head
 
 
 def header_crc(head: bytes) -> int:
@@ -142,16 +141,19 @@ def _window(f: SpoolFile, limit: int) -> tuple[bytes, int]:
 
 
 def _skip_long_line(f: SpoolFile, start: int, size: int) -> int | None:
-    """Offset just past the ``\\n`` ending an over-long line starting at ``start``."""
-    pos = start + MAX_LINE
+    """Offset just past the ``\\n`` ending an over-long line starting at ``start``, looked
+    for a block at a time (resuming where the last look ended)."""
+    pos = max(start + MAX_LINE, f.long_scan)
     while pos < size:
-        block = os.pread(f.fd, 1 << 20, pos)
+        block = os.pread(f.fd, _SKIP_BLOCK, pos)
         if not block:
             break
         cut = block.find(b"\n")
         if cut >= 0:
+            f.long_scan = 0
             return pos + cut + 1
         pos += len(block)
+    f.long_scan = pos
     return None
 
 
@@ -167,15 +169,18 @@ def read_chunk(
     f.size = size
     start = f.offset
     if size < start:  # truncated under us: not something a writer does; read it anew
-        start = f.offset = f.done = 0
+        start = f.offset = f.done = f.long_scan = 0
         data, size = _window(f, limit)
     cut = data.rfind(b"\n")
     skipped_to: int | None = None
     if cut < 0 and len(data) >= MAX_LINE:
+        del data
         skipped_to = _skip_long_line(f, start, size)
-        if skipped_to is None and not final:
-            f.tail = size - start
-            return None
+        if skipped_to is None:
+            if not final:
+                f.tail = size - start
+                return None
+            skipped_to = size  # the writer is done: the unended line is one corrupt record
         data = b""
     at_eof = start + len(data) >= size
     body = data[: cut + 1] if cut >= 0 else b""

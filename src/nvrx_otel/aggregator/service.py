@@ -104,6 +104,11 @@ class Aggregator:
         self.job_dir = job_dir(config.spool_root, self.job_id).absolute()
         name = config.log_name or f"nvrx_log_{safe_component(self.node_id)}.log"
         self.log_path = (config.log_dir / name).absolute()
+        # Progress is committed next to the node log while the spool's file system is full.
+        self.fallback_state = self.log_path.with_name(
+            f".{self.log_path.name}.{safe_component(self.job_id or 'nojob')}.state.json"
+        )
+        self._state = st.StateStore(self.job_dir, self.fallback_state)
         self.health = Health()
         self.exit_code: int | None = None
         self.stop_reason: str | None = None
@@ -179,7 +184,7 @@ class Aggregator:
         """Resume from the last commit: node log truncated to the committed length,
         an interrupted rotation finished, spool files resumed at their offsets."""
         try:
-            saved = st.load(self.job_dir)
+            saved = self._state.load()
         except st.StateError as exc:
             say(
                 f"{exc}; starting over: every spool file is read from its start, so records "
@@ -237,7 +242,7 @@ class Aggregator:
                 self._otlp.start()
                 self._start_metrics()
             self._loop()
-            self.exit_code = 0
+            self.exit_code = 1 if self._broken else 0  # records it could not deliver stay
         except Exception:  # a bug, or storage gone for good: committed progress stays valid
             say("failed:\n" + traceback.format_exc().rstrip())
             self.exit_code = 1
@@ -348,7 +353,7 @@ class Aggregator:
                 backlog = False
                 continue
             now = time.monotonic()
-            if stopping and (now >= self._deadline or self._drained()):
+            if stopping and (now >= self._deadline or (not backlog and self._drained())):
                 break
             if now >= next_status:
                 self._status()
@@ -385,9 +390,14 @@ class Aggregator:
                 backlog = True
                 break
             for f in files:
-                if f.fd < 0:
-                    continue
-                f.final = spool.final(f, now)
+                if f.fd < 0:  # parked: reopened when there is something to read
+                    f.final = spool.final(f, now)
+                    if spool.current_size(f) <= f.offset + f.tail and not (f.tail and f.final):
+                        continue
+                    if not spool.reopen(f):
+                        break  # cannot be opened now (descriptors): tried again next cycle
+                else:
+                    f.final = spool.final(f, now)
                 before = f.offset
                 chunk = read_chunk(
                     f,
@@ -399,13 +409,18 @@ class Aggregator:
                 if chunk is not None:
                     self._take(chunk)
                 budget -= f.offset - before
-                if f.offset + f.tail < f.size or budget <= 0:
+                more = f.offset + f.tail < f.size
+                if spool.over_cap() or (f.final and not more and not f.tail):
+                    spool.park(f)  # descriptors stay bounded; a finished file needs none
+                if more or budget <= 0:
                     backlog = True  # more to read in this file, or the cycle's budget is spent
                     break  # the rest of this file before the writer's next file
         if self._merge is not None:
             self._out.released(self._merge.pop(time.time_ns()))
         if self._otlp is not None:
             self._dirty = self._dirty or self._otlp.dirty
+        if not self._dirty:  # files become final with time alone: delete them all the same
+            self._delete_consumed()
         if self._dirty and (not backlog or time.monotonic() - self._last_commit >= COMMIT_EVERY_S):
             self._commit()
             self._delete_consumed()
@@ -435,7 +450,7 @@ class Aggregator:
         files = {
             f.name: st.FileProgress(f.ino, f.done, f.hdr_crc)
             for f in self._spool.tracked
-            if not f.vanished and f.fd >= 0
+            if not f.vanished
         }
         log = st.LogProgress(
             path=str(self.log_path),
@@ -447,9 +462,7 @@ class Aggregator:
         )
         otlp = self._otlp.state() if self._otlp is not None else None
         self._ensure_job_dir()
-        st.commit(
-            self.job_dir, st.State(files=files, log=log, totals=dict(self._totals), otlp=otlp)
-        )
+        self._state.commit(st.State(files=files, log=log, totals=dict(self._totals), otlp=otlp))
         for f in self._spool.tracked:
             f.committed = f.done
         self._backlog_bytes = self._spool.backlog()
@@ -496,7 +509,7 @@ class Aggregator:
                 gone=spool.writer_gone(f.writer),
             )
             for f in spool.tracked
-            if not f.vanished and f.fd >= 0
+            if not f.vanished
         ]
 
     def _delete_consumed(self) -> None:
@@ -547,19 +560,16 @@ class Aggregator:
     def _drained(self) -> bool:
         if self._otlp is not None and not self._otlp.caught_up():
             return False
-        spool = self._spool
-        for writer, files in spool.writers():
-            if not spool.writer_gone(writer):
-                return False
-            if any(f.offset < f.size or f.tail for f in files):
-                return False
-        return True
+        return self._spool.drained()
 
     def _finish(self) -> None:
         reason = self.stop_reason or "stopped"
         live = backlog = 0
         if self._broken:
-            reason += "; the node log could not be written"
+            reason += (
+                "; the node log could not be written or progress committed (exit status 1): "
+                f"records not in it stay in {self.job_dir}"
+            )
         else:
             if self._merge is not None:
                 self._out.released(self._merge.pop(None))

@@ -337,3 +337,17 @@ def read(
             raise
         warn_once(f"{exc}; {consequence}")
         return default
+
+
+NVRX_OTEL_MAX_RECORD_KB: Final = "NVRX_OTEL_MAX_RECORD_KB"
+"""Largest spool record (KB) a writer appends: a longer one has its message, exception
+text, attribute values and span texts cut, each ending in ``… [truncated <N> bytes]``,
+and stays one record. Never more than the spool file size (NVRX_LOG_MAX_FILE_SIZE_KB).
+Default: 1024 (1 MB); at most 65536 (the aggregator's line limit)."""
+
+NVRX_OTEL_SPOOL_SCALE: Final = "NVRX_OTEL_SPOOL_SCALE"
+"""How many times NVRX_LOG_MAX_LOG_FILES x NVRX_LOG_MAX_FILE_SIZE_KB a process may hold in
+the spool (when NVRX_OTEL_SPOOL_BUDGET_MB is not set). A spool record carries about three
+times the bytes of NVRx's node-log line for the same call (identity, call site, key as
+JSON), so the budget is scaled to keep at least as many records as NVRx keeps.
+Default: 4."""

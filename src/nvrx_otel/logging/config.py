@@ -56,11 +56,14 @@ class LogConfig:
 
     @classmethod
     def get_spool_budget(cls) -> int:
-        """Spool bytes per process: ``NVRX_OTEL_SPOOL_BUDGET_MB``, else max files x size."""
+        """Spool bytes per process: ``NVRX_OTEL_SPOOL_BUDGET_MB``, else max files x size x
+        ``NVRX_OTEL_SPOOL_SCALE`` (default 4: a spool record is about three times NVRx's
+        node-log line for the same call, so as many records fit as NVRx keeps)."""
         mb = env.read(env.NVRX_OTEL_SPOOL_BUDGET_MB, env.parse_nonneg_float, 0.0)
         if mb > 0:
             return int(mb * 1024 * 1024)
-        return cls.get_max_log_files() * cls.get_max_file_size()
+        scale = env.read(env.NVRX_OTEL_SPOOL_SCALE, env.parse_positive_int, 4)
+        return cls.get_max_log_files() * cls.get_max_file_size() * scale
 
     @classmethod
     def get_workload_rank(cls) -> int | None:

@@ -74,7 +74,8 @@ mode, which reads only logs from the spool files. Default: true (spans are spool
 
 NVRX_OTEL_SPOOL_BUDGET_MB: Final = "NVRX_OTEL_SPOOL_BUDGET_MB"
 """Spool bytes (MB) one process may hold unconsumed before new records are dropped and
-counted. Default: NVRX_LOG_MAX_LOG_FILES x NVRX_LOG_MAX_FILE_SIZE_KB (40 MB)."""
+counted. Default: NVRX_LOG_MAX_LOG_FILES x NVRX_LOG_MAX_FILE_SIZE_KB x NVRX_OTEL_SPOOL_SCALE
+(160 MB)."""
 
 NVRX_OTEL_COLLECTOR_BIN: Final = "NVRX_OTEL_COLLECTOR_BIN"
 """Path of the built collector binary (``otelcol-nvrx``) the collector tests run. Default:

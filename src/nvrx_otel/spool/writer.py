@@ -506,7 +506,7 @@ class SpoolWriter:
 
 _writers: dict[Path, SpoolWriter] = {}
 _all_writers: weakref.WeakSet[SpoolWriter] = weakref.WeakSet()
-_registry_lock = threading.Lock()
+_registry_lock = threading.RLock()  # setup from a signal handler never waits for itself
 
 
 def get_writer(
@@ -562,7 +562,7 @@ def close_writers() -> None:
 
 def _after_fork_in_child() -> None:
     global _registry_lock
-    _registry_lock = threading.Lock()
+    _registry_lock = threading.RLock()  # setup from a signal handler never waits for itself
     for writer in list(_all_writers):  # every writer, also those made outside get_writer
         writer._after_fork_in_child()
 

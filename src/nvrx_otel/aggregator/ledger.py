@@ -129,6 +129,8 @@ class DropLedgers:
             if missing <= 0:
                 _unlink(path)
                 return "deleted"
+            if log.needs_rotation():
+                out.rotate()  # first: the note must name the node log the report goes into
             sidecar.mark_reported(fd, already + missing, log.ino, log.length)
             ident = identity_of(view.identity)
             reason = view.reason or DropReasonValues.WRITE_ERROR.value

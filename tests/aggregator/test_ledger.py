@@ -15,7 +15,17 @@ from pathlib import Path
 
 from nvrx_otel.spool import sidecar
 from nvrx_otel.spool.writer import SpoolWriter
-from tests.aggregator.spoolkit import config, log_path, messages, running, spool_dir, wait_for
+from tests.aggregator.spoolkit import (
+    cli,
+    config,
+    finish,
+    log_path,
+    messages,
+    running,
+    spool_dir,
+    started,
+    wait_for,
+)
 
 _DROPPED = re.compile(r"^dropped (\d+) records from rank")
 
@@ -133,3 +143,27 @@ def test_writer_gone_with_nothing_unreported_leaves_no_ledger(tmp_path: Path) ->
     assert not list(directory.glob(".*.drops"))
     with running(config(tmp_path)):
         wait_for(lambda: sum(_ledger(tmp_path)) == 300, timeout=60, what="the ledger")
+
+
+def test_drain_at_the_end_of_a_job_reports_ledgers_of_exited_children(tmp_path: Path) -> None:
+    """The wait file is touched as soon as the children are gone: the drain must not end
+    before their ledgers are reported."""
+    directory = spool_dir(tmp_path)
+    directory.mkdir(parents=True)
+    ctx = mp.get_context("fork")
+    children = [
+        ctx.Process(target=_burst_then_return, args=(str(directory), 400)) for _ in range(4)
+    ]
+    for c in children:
+        c.start()
+    for c in children:
+        c.join(60)
+        assert c.exitcode == 0
+    agg = cli(tmp_path)
+    started(tmp_path, agg)
+    (tmp_path / "done").touch()
+    code, err = finish(agg, timeout=60)
+    assert code == 0, err
+    kept, dropped = _ledger(tmp_path)
+    assert dropped > 0 and kept + dropped == 4 * 400
+    assert not list(directory.glob(".*.drops"))

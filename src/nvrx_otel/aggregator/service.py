@@ -422,7 +422,7 @@ class Aggregator:
                     break  # the rest of this file before the writer's next file
         if self._merge is not None:
             self._out.released(self._merge.pop(time.time_ns()))
-        if not backlog and self._ledgers.settle(
+        if (not backlog or self.stop_reason is not None) and self._ledgers.settle(
             spool, self._out, self._log, self.health, self._totals
         ):
             self._dirty = True

@@ -104,9 +104,16 @@ def test_spool_resolvers_follow_the_table() -> None:
     assert env.spool_root("/arg", {env.NVRX_NODE_LOCAL_TMPDIR: "/x"}) == "/arg"
     assert env.spool_file_size(None, {}) == env.SPOOL_FILE_SIZE_KB.default * 1024
     assert env.spool_file_size(3, {env.NVRX_LOG_MAX_FILE_SIZE_KB: "7"}) == 3 * 1024
-    assert env.spool_budget({}) == env.SPOOL_FILES.default * env.SPOOL_FILE_SIZE_KB.default * 1024
+    scale = env.SPOOL_SCALE.default
+    default_files = env.SPOOL_FILES.default * env.SPOOL_FILE_SIZE_KB.default * 1024
+    assert env.spool_budget({}) == default_files * scale
     small = {env.NVRX_LOG_MAX_FILE_SIZE_KB: "10", env.NVRX_LOG_MAX_LOG_FILES: "50"}
-    assert env.spool_budget(small) == 50 * 10 * 1024
+    assert env.spool_budget(small) == 50 * 10 * 1024 * scale
+    assert env.spool_budget({**small, env.NVRX_OTEL_SPOOL_SCALE: "1"}) == 50 * 10 * 1024
+    assert env.max_record_bytes({}) == env.MAX_RECORD_KB.default * 1024
+    assert env.max_record_bytes({env.NVRX_OTEL_MAX_RECORD_KB: "99999"}) == (
+        env.MAX_RECORD_KB_LIMIT * 1024
+    )
     assert env.spool_budget({**small, env.NVRX_OTEL_SPOOL_BUDGET_MB: "1.5"}) == 3 << 19
 
 
@@ -124,7 +131,7 @@ def test_no_setting_name_or_default_is_written_outside_env() -> None:
         str(s.default)
         for s in env.SETTINGS.values()
         if isinstance(s.default, int) and not isinstance(s.default, bool) and s.default >= 100
-    }
+    } - {"1024"}  # NVRX_OTEL_MAX_RECORD_KB's default is also the bytes in a KiB everywhere
     assert "10240" in big_defaults
     read = re.compile(r"(?:environ(?:\.get)?\(|environ\[|getenv\(|env\.read\()\s*env\.(\w+)")
     found = []

@@ -262,7 +262,34 @@ SPOOL_BUDGET_MB: Final = Setting(
     parse_nonneg_float,
     None,
     """Spool bytes (MB) one process may hold unconsumed before new records are dropped and
-counted. Default: NVRX_LOG_MAX_LOG_FILES x NVRX_LOG_MAX_FILE_SIZE_KB (40 MB).""",
+counted. Default: NVRX_LOG_MAX_LOG_FILES x NVRX_LOG_MAX_FILE_SIZE_KB x NVRX_OTEL_SPOOL_SCALE
+(160 MB).""",
+)
+
+NVRX_OTEL_SPOOL_SCALE: Final = "NVRX_OTEL_SPOOL_SCALE"
+SPOOL_SCALE: Final = Setting(
+    NVRX_OTEL_SPOOL_SCALE,
+    parse_positive_int,
+    4,
+    """How many times NVRX_LOG_MAX_LOG_FILES x NVRX_LOG_MAX_FILE_SIZE_KB a process may hold in
+the spool (when NVRX_OTEL_SPOOL_BUDGET_MB is not set). A spool record carries about three
+times the bytes of NVRx's node-log line for the same call (identity, call site, key as
+JSON), so the budget is scaled to keep at least as many records as NVRx keeps.""",
+)
+
+MAX_RECORD_KB_LIMIT: Final = 2048
+"""The largest NVRX_OTEL_MAX_RECORD_KB honoured; the aggregator's reader skips a line
+longer than twice this as corrupt without holding it."""
+
+NVRX_OTEL_MAX_RECORD_KB: Final = "NVRX_OTEL_MAX_RECORD_KB"
+MAX_RECORD_KB: Final = Setting(
+    NVRX_OTEL_MAX_RECORD_KB,
+    parse_positive_int,
+    1024,
+    """Largest spool record (KB) a writer appends: a longer one has its message, exception
+text, attribute values and span texts cut, each ending in ``… [truncated <N> bytes]``,
+and stays one record. Never more than the spool file size (NVRX_LOG_MAX_FILE_SIZE_KB);
+at most 2048.""",
 )
 
 NVRX_OTEL_COLLECTOR_BIN: Final = "NVRX_OTEL_COLLECTOR_BIN"
@@ -721,11 +748,18 @@ def spool_files(environ: Mapping[str, str] | None = None) -> int:
 
 def spool_budget(environ: Mapping[str, str] | None = None) -> int:
     """Spool bytes one process may hold unconsumed: NVRX_OTEL_SPOOL_BUDGET_MB when set
-    above 0, else NVRX_LOG_MAX_LOG_FILES x NVRX_LOG_MAX_FILE_SIZE_KB."""
+    above 0, else NVRX_LOG_MAX_LOG_FILES x NVRX_LOG_MAX_FILE_SIZE_KB x NVRX_OTEL_SPOOL_SCALE
+    (a spool record is about three times NVRx's node-log line for the same call, so as
+    many records fit as NVRx keeps)."""
     mb = SPOOL_BUDGET_MB.get(environ)
     if mb:
         return int(mb * 1024 * 1024)
-    return spool_files(environ) * spool_file_size(environ=environ)
+    return spool_files(environ) * spool_file_size(environ=environ) * SPOOL_SCALE.get(environ)
+
+
+def max_record_bytes(environ: Mapping[str, str] | None = None) -> int:
+    """The per-record cap in bytes: NVRX_OTEL_MAX_RECORD_KB, at most MAX_RECORD_KB_LIMIT."""
+    return min(MAX_RECORD_KB.get(environ), MAX_RECORD_KB_LIMIT) * 1024
 
 
 def default_text(setting: Setting[object, object]) -> str:

@@ -27,16 +27,18 @@ from typing import Any, Final
 
 import orjson
 
+from nvrx_otel import env
 from nvrx_otel import record as rec
 from nvrx_otel.aggregator import reports
 from nvrx_otel.aggregator.nodelog import is_clean
 from nvrx_otel.semconv import DropReasonValues
 from nvrx_otel.spool.paths import SpoolFileName
 
-MAX_LINE: Final = 4 << 20
-"""A line longer than this is not a record the writer made (writers cap a record well
-below it): it is skipped as one corrupt record, read in blocks and never held whole, so the
-aggregator's memory stays bounded whatever a spool file holds."""
+MAX_LINE: Final = 2 * env.MAX_RECORD_KB_LIMIT * 1024
+"""A line longer than this is not a record the writer made (writers cap a record at
+``NVRX_OTEL_MAX_RECORD_KB``, at most half of this): it is skipped as one corrupt record,
+read in blocks and never held whole, so the aggregator's memory stays bounded whatever a
+spool file holds."""
 _SKIP_BLOCK: Final = 1 << 20
 _HEADER_PROBE: Final = 64 << 10
 

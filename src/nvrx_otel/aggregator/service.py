@@ -25,6 +25,7 @@ from typing import Any, Final
 from nvrx_otel import env
 from nvrx_otel.aggregator import state as st
 from nvrx_otel.aggregator.health import Health, say
+from nvrx_otel.aggregator.ledger import DropLedgers, WakeFifo
 from nvrx_otel.aggregator.lifecycle import (
     AggregatorError,
     JobLock,
@@ -132,6 +133,8 @@ class Aggregator:
         self._lock = JobLock(self.job_dir)
         self._wait = WaitFile(None)
         self._waker = Waker()
+        self._ledgers = DropLedgers(self.job_dir)
+        self._fifo = WakeFifo(self.job_dir, self._waker.wake)
         self._opened = False
         self._resume_error = ""  # the last reason a resume failed (said once)
         self._deadline = float("inf")
@@ -193,6 +196,7 @@ class Aggregator:
             saved = None
         if saved is not None:
             self._totals.update(saved.totals)
+        self._ledgers.forget()
         try:
             self._log.open()
         except OSError as exc:
@@ -237,6 +241,7 @@ class Aggregator:
         self.open()
         previous = catch_signals(self.request_stop) if install_signals else {}
         try:
+            self._fifo.start()
             lower_priority(self.config.nice)
             if self._otlp is not None:
                 self._otlp.start()
@@ -308,6 +313,7 @@ class Aggregator:
         }
 
     def _close(self) -> None:
+        self._fifo.stop()
         if self._metrics is not None:
             self._metrics.shutdown(1.0)
             self._metrics = None
@@ -342,7 +348,7 @@ class Aggregator:
             if self._broken and not self._resume():
                 self._waker.sleep(min(cfg.check_interval, max(self._deadline - now, 0.0)))
                 continue
-            if backlog or stopping or now >= next_scan:
+            if backlog or stopping or now >= next_scan or self._fifo.take():
                 self._spool.scan()
                 next_scan = now + cfg.check_interval
             try:
@@ -417,6 +423,10 @@ class Aggregator:
                     break  # the rest of this file before the writer's next file
         if self._merge is not None:
             self._out.released(self._merge.pop(time.time_ns()))
+        if (not backlog or self.stop_reason is not None) and self._ledgers.settle(
+            spool, self._out, self._log, self.health, self._totals
+        ):
+            self._dirty = True
         if self._otlp is not None:
             self._dirty = self._dirty or self._otlp.dirty
         if not self._dirty:  # files become final with time alone: delete them all the same
@@ -465,6 +475,7 @@ class Aggregator:
         self._state.commit(st.State(files=files, log=log, totals=dict(self._totals), otlp=otlp))
         for f in self._spool.tracked:
             f.committed = f.done
+        self._ledgers.committed()
         self._backlog_bytes = self._spool.backlog()
         self._dirty = False
         self._last_commit = time.monotonic()
@@ -559,6 +570,8 @@ class Aggregator:
 
     def _drained(self) -> bool:
         if self._otlp is not None and not self._otlp.caught_up():
+            return False
+        if not self._ledgers.settled():
             return False
         return self._spool.drained()
 

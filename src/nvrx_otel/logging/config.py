@@ -50,7 +50,8 @@ class LogConfig:
 
     @classmethod
     def get_spool_budget(cls) -> int:
-        """Spool bytes per process: ``NVRX_OTEL_SPOOL_BUDGET_MB``, else max files x size."""
+        """Spool bytes per process: ``NVRX_OTEL_SPOOL_BUDGET_MB``, else max files x size x
+        ``NVRX_OTEL_SPOOL_SCALE``."""
         return env.spool_budget()
 
     @classmethod

@@ -36,7 +36,7 @@ _STD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
 }
 _N_STD = len(vars(logging.LogRecord("", 0, "", 0, "", (), None)))
 _errors = {"count": 0}
-_error_lock = threading.Lock()
+_error_lock = threading.RLock()  # a signal handler may report while its thread does
 
 
 def report_error(what: str, exc: BaseException) -> None:

@@ -24,6 +24,10 @@ from tests.aggregator.spoolkit import LINE
 
 MESSAGE = re.compile(r"^(?P<tag>r[0-9a-z]*)-(?P<i>\d+)\b")
 """A rank's message: tag, then its index in the tag's sequence."""
+NODE_LINE = re.compile(
+    LINE.pattern.replace(r"(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})", r"(?P<time>\S+ \S+)")
+)
+"""The node-log line grammar, any time text (a record without a valid ``ts`` shows ``????``)."""
 REPORT = re.compile(r"^(?P<what>dropped|corrupt) (?P<count>\d+) records from rank ")
 """A loss report's message in the node log."""
 
@@ -61,7 +65,7 @@ def count_node_log(path: Path) -> NodeLogCount:
     except FileNotFoundError:
         return out
     for line in text.splitlines():
-        m = LINE.match(line)
+        m = NODE_LINE.match(line)
         if not m:
             continue
         msg = m["msg"]

@@ -4,9 +4,11 @@ aggregator CLI as a subprocess that can be killed and restarted."""
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.aggregator.spoolkit import wait_for
@@ -50,7 +52,9 @@ class Node:
         return spawn(argv, env=full, cwd=ROOT, stdout=subprocess.PIPE,
                      stderr=subprocess.PIPE, text=True)  # fmt: skip
 
-    def start(self, *args: str, check_interval: float = 0.05) -> subprocess.Popen[str]:
+    def start(
+        self, *args: str, check_interval: float = 0.05, max_fds: int | None = None
+    ) -> subprocess.Popen[str]:
         """Start the aggregator CLI and wait until it is aggregating."""
         assert self.agg is None or self.agg.poll() is not None
         self.runs += 1
@@ -58,7 +62,9 @@ class Node:
         argv = [sys.executable, "-m", "nvrx_otel.logging.aggregator", "--log-dir",
                 str(self.tmp / "logs"), "--wait-file", str(self.wait_file), "--nice", "0",
                 "--check-interval", str(check_interval), *args]  # fmt: skip
-        self.agg = spawn(argv, env=self.env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        limit = None if max_fds is None else _fd_limit(max_fds)
+        self.agg = spawn(argv, env=self.env, stdout=subprocess.DEVNULL, stderr=err, text=True,
+                         preexec_fn=limit)  # fmt: skip
         err.close()
         agg = self.agg
 
@@ -94,6 +100,19 @@ class Node:
             return self.log_path.stat().st_size
         except FileNotFoundError:
             return 0
+
+
+def _fd_limit(n: int) -> Callable[[], None]:
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+    return limit
+
+
+def started_logging(node: Node, procs: list[subprocess.Popen[str]]) -> bool:
+    """Every rank has made its spool file (it logs) or has already exited."""
+    names = [p.name for p in node.job_dir.glob("*.jsonl")] if node.job_dir.is_dir() else []
+    return all(p.poll() is not None or any(f".p{p.pid}." in n for n in names) for p in procs)
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 120) -> int:

@@ -6,9 +6,11 @@ MODE:
   burst      log COUNT records (a short pause every ARG records, default none), exit.
   kill       log COUNT records, then SIGKILL itself (the kill lands right after the last
              log call returned, in the middle of the burst the process would go on with).
+  exit       log COUNT records, then leave with os._exit(0) (a multiprocessing child).
   kill_span  inside an ft span (spans spooled too) log COUNT records, then SIGKILL itself.
   torn       log COUNT records with a SpoolWriter, then append the first half of one more
              record to its file and leave with os._exit: COUNT + 1 emitted.
+  big        log one record of ARG MiB, then COUNT small ones: COUNT + 1 emitted.
   forks      a thread logs COUNT records while the main thread forks ARG children, each
              logging 50 records ``<tag>c<j>-<i>`` and leaving with os._exit(0).
 
@@ -78,6 +80,13 @@ def torn(tag: str, count: int) -> None:
     os._exit(0)
 
 
+def big(tag: str, count: int, mib: int) -> None:
+    log = _logger()
+    log.info("%s-0 %s", tag, "x" * (mib << 20))
+    for i in range(1, count + 1):
+        log.info("%s-%d after the big one", tag, i)
+
+
 def forks(tag: str, count: int, children: int) -> None:
     log = _logger()
 
@@ -110,10 +119,15 @@ def main() -> None:
         burst(tag, count, arg)
     elif mode == "kill":
         kill(tag, count)
+    elif mode == "exit":
+        burst(tag, count, 0)
+        os._exit(0)
     elif mode == "kill_span":
         kill_span(tag, count)
     elif mode == "torn":
         torn(tag, count)
+    elif mode == "big":
+        big(tag, count, arg)
     elif mode == "forks":
         forks(tag, count, arg)
     else:

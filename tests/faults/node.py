@@ -50,7 +50,7 @@ class Node:
         full = dict(self.env, RANK=str(rank), LOCAL_RANK=str(rank), **env)
         argv = [sys.executable, "-m", "tests.faults.rank", tag, str(count), mode, str(arg)]
         return spawn(argv, env=full, cwd=ROOT, stdout=subprocess.PIPE,
-                     stderr=subprocess.PIPE, text=True)  # fmt: skip
+                     stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True)  # fmt: skip
 
     def start(
         self, *args: str, check_interval: float = 0.05, max_fds: int | None = None

@@ -6,6 +6,7 @@ MODE:
   burst      log COUNT records (a short pause every ARG records, default none), exit.
   kill       log COUNT records, then SIGKILL itself (the kill lands right after the last
              log call returned, in the middle of the burst the process would go on with).
+  pause      log COUNT records, print "paused", wait for a line on stdin, log ARG more.
   exit       log COUNT records, then leave with os._exit(0) (a multiprocessing child).
   kill_span  inside an ft span (spans spooled too) log COUNT records, then SIGKILL itself.
   torn       log COUNT records with a SpoolWriter, then append the first half of one more
@@ -119,6 +120,13 @@ def main() -> None:
         burst(tag, count, arg)
     elif mode == "kill":
         kill(tag, count)
+    elif mode == "pause":
+        burst(tag, count, 0)
+        print("paused", flush=True)
+        sys.stdin.readline()
+        log = _logger()
+        for i in range(count, count + arg):
+            log.info("%s-%d after the pause", tag, i)
     elif mode == "exit":
         burst(tag, count, 0)
         os._exit(0)

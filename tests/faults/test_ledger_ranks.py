@@ -131,3 +131,25 @@ def test_fork_storm_with_logging_thread(tmp_path: Path) -> None:
     per_tag = nl.per_tag()
     assert len(per_tag) == 2 * (children + 1)
     settle("fork storm with logging thread", 2 * (count + children * 50), node.log_path)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="a live spool file truncated under the reader: records lost unreported"
+)
+def test_live_spool_file_truncated_under_the_reader(tmp_path: Path) -> None:
+    """Something cuts a live spool file to half its length after the aggregator read it;
+    the writer goes on appending. Nothing read is written twice and every record the
+    writer emitted is in the node log or reported."""
+    node = Node(tmp_path)
+    node.start()
+    w = FakeWriter(node.job_dir, pid=os.getpid(), writer="00000000000000c1")
+    for i in range(100):
+        w.log(f"r0-{i}")
+    wait_for(lambda: count_node_log(node.log_path).unique == 100, timeout=60, what="first 100")
+    os.truncate(w.path, w.path.stat().st_size // 2)
+    for i in range(100, 300):
+        w.log(f"r0-{i}")
+    w.close()
+    code, err = node.stop()
+    assert code == 0, err
+    settle("live spool file truncated under the reader", 300, node.log_path)

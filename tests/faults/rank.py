@@ -7,6 +7,8 @@ MODE:
   kill       log COUNT records, then SIGKILL itself (the kill lands right after the last
              log call returned, in the middle of the burst the process would go on with).
   pause      log COUNT records, print "paused", wait for a line on stdin, log ARG more.
+  alarm      log COUNT records while SIGALRM every 0.3 ms logs ``<tag>h-<i>`` from its
+             handler; prints the handler's count at the end: COUNT + that emitted.
   exit       log COUNT records, then leave with os._exit(0) (a multiprocessing child).
   kill_span  inside an ft span (spans spooled too) log COUNT records, then SIGKILL itself.
   torn       log COUNT records with a SpoolWriter, then append the first half of one more
@@ -81,6 +83,29 @@ def torn(tag: str, count: int) -> None:
     os._exit(0)
 
 
+def alarm(tag: str, count: int) -> None:
+    log = _logger()
+    fired = 0
+
+    busy = False
+
+    def handler(signum: int, frame: object) -> None:
+        nonlocal fired, busy
+        if busy:  # a signal during the handler: no nesting (only the library's lock matters)
+            return
+        busy = True
+        log.info("%sh-%d from a signal handler", tag, fired)
+        fired += 1
+        busy = False
+
+    signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, 0.0003, 0.0003)
+    for i in range(count):
+        log.info("%s-%d payload", tag, i)
+    signal.setitimer(signal.ITIMER_REAL, 0, 0)
+    print(f"handler {fired}", flush=True)
+
+
 def big(tag: str, count: int, mib: int) -> None:
     log = _logger()
     log.info("%s-0 %s", tag, "x" * (mib << 20))
@@ -127,6 +152,8 @@ def main() -> None:
         log = _logger()
         for i in range(count, count + arg):
             log.info("%s-%d after the pause", tag, i)
+    elif mode == "alarm":
+        alarm(tag, count)
     elif mode == "exit":
         burst(tag, count, 0)
         os._exit(0)

@@ -4,6 +4,7 @@ record, non-UTF-8 bytes, a spool file deleted and recreated, a fork storm."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,26 @@ def test_live_spool_file_truncated_under_the_reader(tmp_path: Path) -> None:
     code, err = node.stop()
     assert code == 0, err
     settle("live spool file truncated under the reader", 300, node.log_path)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="logging from a signal handler during rotation deadlocks the rank"
+)
+def test_signal_handler_logs_during_rotation(tmp_path: Path) -> None:
+    """SIGALRM every 0.3 ms logs from its handler while the rank logs into 4 KiB files (a
+    rotation every few records): the rank never hangs, and every record is accounted for."""
+    node = Node(tmp_path, NVRX_LOG_MAX_FILE_SIZE_KB="4", NVRX_LOG_MAX_LOG_FILES="4000")
+    node.start()
+    rank = node.rank(0, "r0", 5000, "alarm")
+    try:
+        out, err = rank.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        rank.kill()
+        rank.communicate()
+        node.stop()
+        raise AssertionError("the rank hung (killed after 30 s)") from None
+    assert rank.returncode == 0, err
+    fired = int(out.split("handler ")[1].split()[0])
+    code, err = node.stop()
+    assert code == 0, err
+    settle("signal handler logs during rotation", 5000 + fired, node.log_path)

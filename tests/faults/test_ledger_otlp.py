@@ -14,7 +14,7 @@ from tests.faults.ledger import count_node_log, count_otlp, settle
 from tests.faults.node import Node, finish
 from tests.otlp_receiver import OtlpReceiver
 
-OUTAGE_S = float(os.environ.get("NVRX_FAULTS_OUTAGE_S", "15"))
+OUTAGE_S = float(os.environ.get("FAULTS_OUTAGE_S", "15"))
 """How long the endpoint is down (the field case is 60 s; 15 s keeps the suite short)."""
 
 

@@ -1,5 +1,5 @@
-"""Ledger scenarios with OTLP on: the endpoint down for a while then up, the aggregator
-killed during a run, the catch-up after an outage of the aggregator, corrupt records."""
+"""Ledger scenarios with OTLP on: the endpoint down for a while then up; torn and corrupt
+lines reported in the node log and at the receiver alike."""
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ MODE:
   kill_span  inside an ft span (spans spooled too) log COUNT records, then SIGKILL itself.
   torn       log COUNT records with a SpoolWriter, then append the first half of one more
              record to its file and leave with os._exit: COUNT + 1 emitted.
-  big        log one record of ARG MiB, then COUNT small ones: COUNT + 1 emitted.
+  big        log one record of ARG MiB, then COUNT small ones, then os._exit(0):
+             COUNT + 1 emitted.
   forks      a thread logs COUNT records while the main thread forks ARG children, each
              logging 50 records ``<tag>c<j>-<i>`` and leaving with os._exit(0).
 
@@ -111,6 +112,7 @@ def big(tag: str, count: int, mib: int) -> None:
     log.info("%s-0 %s", tag, "x" * (mib << 20))
     for i in range(1, count + 1):
         log.info("%s-%d after the big one", tag, i)
+    os._exit(0)  # a short-lived writer: gone as soon as its records are in the kernel
 
 
 def forks(tag: str, count: int, children: int) -> None:

@@ -31,17 +31,22 @@ def test_drain_with_30_short_lived_writers(tmp_path: Path) -> None:
 
 
 @pytest.mark.xfail(
-    strict=True, reason="the drain ends before an 11 MB record is read: 10 of 11 lost"
+    strict=True,
+    reason="the drain ends before the records after an 11 MB one are read: 10 of 11 lost",
 )
 def test_drain_with_a_huge_record_then_small_ones(tmp_path: Path) -> None:
-    node = Node(tmp_path)
-    node.start()
-    rank = node.rank(0, "r0", 10, "big", 11)
-    wait_for(lambda: started_logging(node, [rank]), timeout=60, what="the rank logging")
-    code, err = node.stop()
-    assert finish(rank) == 0
-    settle("drain: one 11 MB record + 10 small", 11, node.log_path)
-    assert code == 0, err
+    """A rank logs an 11 MB record and 10 small ones and is gone, just as the wait file
+    appears. Whether the aggregator reads the small ones before the writer leaves is a
+    race, so the scenario runs up to four times: every run must account for all 11."""
+    for run in range(4):
+        node = Node(tmp_path / f"run{run}")
+        node.start()
+        rank = node.rank(0, "r0", 10, "big", 11)
+        wait_for(lambda n=node, r=rank: started_logging(n, [r]), timeout=60, what="a rank logging")
+        code, err = node.stop()
+        assert finish(rank) == 0
+        settle(f"drain: one 11 MB record + 10 small (run {run + 1})", 11, node.log_path)
+        assert code == 0, err
 
 
 @pytest.mark.xfail(

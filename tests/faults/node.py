@@ -22,6 +22,7 @@ class Node:
     """One node: ``tmp/spool`` (the spool root), ``tmp/logs`` (the node log)."""
 
     def __init__(self, tmp: Path, **env: str) -> None:
+        tmp.mkdir(parents=True, exist_ok=True)
         self.tmp = tmp
         self.spool = tmp / "spool"
         self.wait_file = tmp / "done"

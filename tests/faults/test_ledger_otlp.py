@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.aggregator.spoolkit import FakeWriter, wait_for
-from tests.faults.ledger import count_node_log, count_otlp, settle
+from tests.faults.ledger import count_node_log, count_otlp, defect, settle
 from tests.faults.node import Node, finish
 from tests.otlp_receiver import OtlpReceiver
 
@@ -55,8 +55,7 @@ def test_endpoint_down_then_up(tmp_path: Path) -> None:
     "otlp",
     [
         False,
-        pytest.param(True, marks=pytest.mark.xfail(
-            strict=True, reason="corrupt records are reported in the node log, not to OTLP")),
+        pytest.param(True, marks=defect("corrupt records reach the node log's reports, not OTLP")),
     ],
     ids=["nodelog", "otlp"],
 )  # fmt: skip

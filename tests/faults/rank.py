@@ -24,6 +24,7 @@ Every mode emits an exact, known number of records, so the ledger needs no estim
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -35,7 +36,7 @@ from nvrx_otel import record as rec
 CHILD_RECORDS = 50
 
 
-def _logger():  # type: ignore[no-untyped-def]
+def _logger() -> logging.Logger:
     from nvrx_otel.logging import setup_logger
 
     return setup_logger(node_local_tmp_dir=os.environ["NVRX_NODE_LOCAL_TMPDIR"])

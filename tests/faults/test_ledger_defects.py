@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from nvrx_otel import record as rec
 from tests.aggregator.spoolkit import FakeWriter, wait_for
@@ -187,6 +188,6 @@ def test_many_writers_files_with_few_descriptors(tmp_path: Path) -> None:
     assert code == 0, err
 
 
-def _complete(logs: list[dict[str, object]], emitted: int) -> bool:
-    c = count_otlp(logs)  # type: ignore[arg-type]
+def _complete(logs: list[dict[str, Any]], emitted: int) -> bool:
+    c = count_otlp(logs)
     return c.unique + c.reported >= emitted

@@ -29,7 +29,6 @@ def test_rank_kill_9_mid_burst(tmp_path: Path) -> None:
     settle("rank kill -9 mid-burst", sum(5000 + 777 * r for r in range(3)), node.log_path)
 
 
-@defect("a pending budget drop count dies with its process")
 @pytest.mark.parametrize("end", ["kill", "exit"])
 def test_rank_ends_with_pending_drops(tmp_path: Path, end: str) -> None:
     """A rank over its spool budget (no aggregator yet) ends by SIGKILL or os._exit (a
@@ -154,7 +153,6 @@ def test_live_spool_file_truncated_under_the_reader(tmp_path: Path) -> None:
     settle("live spool file truncated under the reader", 300, node.log_path)
 
 
-@defect("logging from a signal handler during rotation deadlocks the rank")
 def test_signal_handler_logs_during_rotation(tmp_path: Path) -> None:
     """SIGALRM every 0.3 ms logs from its handler while the rank logs into 4 KiB files (a
     rotation every few records): the rank never hangs, and every record is accounted for."""

@@ -50,6 +50,12 @@ def _otlp(quick: bool) -> dict[str, Any]:
     )
 
 
+def _catchup(quick: bool) -> dict[str, Any]:
+    from benchmarks import bench_catchup
+
+    return bench_catchup.run(20_000 if quick else 200_000)
+
+
 def _scale(quick: bool) -> dict[str, Any]:
     from benchmarks import bench_scale
 
@@ -64,6 +70,7 @@ SUITES: dict[str, Callable[[bool], dict[str, Any]]] = {
     "tracing": _tracing,
     "aggregator": _aggregator,
     "otlp": _otlp,
+    "catchup": _catchup,
     "scale": _scale,
 }
 

@@ -1,4 +1,5 @@
-"""Generate ``semconv.py`` and ``docs/semconv.md`` from the registry under ``model/``.
+"""Generate ``semconv.py`` and ``docs/semconv.md`` from the registry under ``model/``, and
+``docs/settings.md`` from the settings table in :mod:`nvrx_otel.env`.
 
 Run ``python -m nvrx_otel._generate`` from a checkout (or pass ``--root``). ``--check``
 exits 1 when the files on disk differ from what the registry generates.
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from nvrx_otel import env
 
 NAMESPACE = "nv.nvrx."
 _KINDS = {"attribute_group", "reused", "scope", "span", "metric"}
@@ -403,6 +406,7 @@ def outputs(root: Path) -> dict[Path, str]:
     return {
         root / "src" / "nvrx_otel" / "semconv.py": render_python(reg),
         root / "docs" / "semconv.md": render_markdown(reg),
+        root / "docs" / "settings.md": env.settings_markdown(),
     }
 
 

@@ -28,7 +28,7 @@ import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Final
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.util.types import AttributeValue
@@ -83,6 +83,60 @@ class Identity:
 
 
 _OVERRIDABLE = frozenset(f.name for f in fields(Identity)) - {"pid", "host_name"}
+
+
+# --- the identity fields every record carries ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IdentityField:
+    """One identity field repeated in every spool record."""
+
+    key: str
+    """Its key in a spool record."""
+    attr: str
+    """The :class:`Identity` attribute it comes from."""
+    resource_key: str
+    """Its resource attribute (semantic convention) in spool headers and OTLP."""
+    meaning: str
+    """What it is, and where the node log shows it (NVRx's line format)."""
+
+
+IDENTITY_FIELDS: Final = (
+    IdentityField("node", "node_id", semconv.NODE_ID, "node id: ``[<node id>]``"),
+    IdentityField("job", "job_id", semconv.JOB_ID, "job id: the spool directory's name"),
+    IdentityField("rank", "workload_rank", semconv.WORKLOAD_RANK, "``workload:<rank>``"),
+    IdentityField(
+        "lrank", "workload_local_rank", semconv.WORKLOAD_LOCAL_RANK, "``workload:r(<local>)``"
+    ),
+    IdentityField("irank", "infra_rank", semconv.INFRA_RANK, "``infra:<rank>``"),
+    IdentityField("ilrank", "infra_local_rank", semconv.INFRA_LOCAL_RANK, "``infra:r(<local>)``"),
+)
+"""The identity fields of a record, in the order a record holds them (absent = unknown)."""
+
+RECORD_KEYS: Final = tuple(f.key for f in IDENTITY_FIELDS)
+"""The record keys of the identity fields."""
+
+
+def record_fields(ident: Identity) -> dict[str, Any]:
+    """The known identity fields of ``ident`` under their record keys, in table order."""
+    out: dict[str, Any] = {}
+    for f in IDENTITY_FIELDS:
+        value = getattr(ident, f.attr)
+        if value is not None:
+            out[f.key] = value
+    return out
+
+
+def record_fields_of(source: Mapping[str, Any]) -> dict[str, Any]:
+    """The identity fields present in a record (or any mapping with record keys)."""
+    return {k: source[k] for k in RECORD_KEYS if k in source}
+
+
+def record_fields_from_resource(resource: Mapping[str, Any]) -> dict[str, Any]:
+    """The identity fields under their record keys from resource attributes (a spool
+    header's ``res``)."""
+    return {f.key: resource[f.resource_key] for f in IDENTITY_FIELDS if f.resource_key in resource}
 
 
 def _first_int(environ: Mapping[str, str], names: tuple[str, ...], strict: bool) -> int | None:

@@ -17,6 +17,9 @@ from typing import Any, Final, TypedDict
 
 import orjson
 
+from nvrx_otel.levels import SEVERITY_BY_LEVEL as SEVERITY_BY_LEVEL
+from nvrx_otel.levels import severity_of as severity_of
+
 SCHEMA_VERSION: Final = 1
 """``v`` of every line; readers refuse other versions as corrupt rather than guess."""
 
@@ -93,50 +96,11 @@ class DropRecord(Identity, total=False):
     reason: str  # a semconv.DropReasonValues value
 
 
-# --- severity ------------------------------------------------------------------------------
-
-SEVERITY_BY_LEVEL: Final[dict[str, int]] = {
-    "TRACE": 1,
-    "DEBUG": 5,
-    "INFO": 9,
-    "SUCCESS": 10,  # INFO2
-    "WARNING": 13,
-    "WARN": 13,
-    "ERROR": 17,
-    "CRITICAL": 21,
-    "FATAL": 21,
-}
-"""OTel severity numbers of the level names the front ends produce."""
-
-
 def seq_of(key: str) -> int:
     """The sequence number in a record's ``key`` (``<writer>-<seq>``, ``seq`` in lowercase
     hex): the writer counts every record it emits (log, drop, span), across all its files,
     from 0."""
     return int(key.rpartition("-")[2], 16)
-
-
-def severity_of(levelno: int) -> int:
-    """OTel severity number for a stdlib/loguru numeric level (5 TRACE ... 50 CRITICAL).
-
-    Levels between the named ones map into the OTel range below the next name up, so
-    custom levels keep their order and never fall to UNSPECIFIED (0).
-    """
-    if levelno <= 5:
-        return 1
-    if levelno < 10:
-        return 1 + min(3, levelno - 5)
-    if levelno < 20:
-        return 5 + min(3, (levelno - 10) // 3)
-    if levelno == 20:
-        return 9
-    if levelno < 30:
-        return 10 + min(2, (levelno - 21) // 3)
-    if levelno < 40:
-        return 13 + min(3, (levelno - 30) // 3)
-    if levelno < 50:
-        return 17 + min(3, (levelno - 40) // 3)
-    return 21 + min(3, (levelno - 50) // 3)
 
 
 # --- codec ---------------------------------------------------------------------------------

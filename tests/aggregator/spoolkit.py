@@ -159,6 +159,31 @@ def messages(path: Path) -> list[str]:
     return out
 
 
+LOSS = re.compile(r"^(?P<what>dropped|corrupt) (?P<n>\d+) records from rank \S+ pid \S+ between ")
+
+
+def ledger(path: Path) -> tuple[list[str], int, int]:
+    """The node log's side of the ledger: messages of the records it holds (loss reports
+    left out), records reported dropped, records reported corrupt."""
+    kept: list[str] = []
+    lost = {"dropped": 0, "corrupt": 0}
+    for msg in messages(path):
+        m = LOSS.match(msg)
+        if m:
+            lost[m["what"]] += int(m["n"])
+        else:
+            kept.append(msg)
+    return kept, lost["dropped"], lost["corrupt"]
+
+
+def writer_env(tmp: Path, **extra: str) -> dict[str, str]:
+    """The environment of a rank process writing to the test spool (job ``job1``)."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "NVRX", "RANK"))}
+    full.update({"SLURM_JOB_ID": "job1", "NVRX_OTEL_NODE_ID": NODE})
+    full.update(extra)
+    return full
+
+
 @contextmanager
 def running(cfg: AggregatorConfig, **kwargs: Any) -> Iterator[Aggregator]:
     """An in-process aggregator thread, shut down (drained) on exit."""
@@ -181,13 +206,19 @@ class AggProc(subprocess.Popen[str]):
 
 
 def cli(
-    tmp: Path, *args: str, env: dict[str, str] | None = None, wait_file: Path | None = None
+    tmp: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    wait_file: Path | None = None,
+    command: list[str] | None = None,
 ) -> AggProc:
-    """``python -m nvrx_otel.logging.aggregator`` as a real process."""
+    """``python -m nvrx_otel.logging.aggregator`` as a real process (``command`` instead of
+    ``python -m ...``: e.g. a ``python -c`` that sets limits first, then runs the module)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "NVRX", "RANK"))}
     full_env.update({"NVRX_OTEL_NODE_ID": NODE, "NVRX_NODE_LOCAL_TMPDIR": str(tmp / "spool")})
     full_env.update(env or {})
-    argv = [sys.executable, "-m", "nvrx_otel.logging.aggregator", "--log-dir", str(tmp / "logs")]
+    argv = command or [sys.executable, "-m", "nvrx_otel.logging.aggregator"]
+    argv = [*argv, "--log-dir", str(tmp / "logs")]
     argv += ["--wait-file", str(wait_file or tmp / "done"), "--check-interval", "0.05"]
     argv += ["--job-id", "job1", *args]
     return spawn(tmp, argv, full_env)

@@ -124,6 +124,39 @@ def test_control_characters_in_the_spool_are_escaped_in_the_node_log(tmp_path: P
     ]
 
 
+def test_line_and_paragraph_separators_are_escaped_on_the_clean_and_careful_paths(
+    tmp_path: Path,
+) -> None:
+    """U+2028 and U+2029 end a line for readers that split on Unicode line breaks: the node
+    log holds them escaped, whether the chunk takes the clean fast path (nothing else to
+    escape) or the careful one (another control character in the same chunk)."""
+    for ch in ("\u2028", "\u2029"):
+        assert not is_clean(rec.encode(_rec(msg=f"a{ch}b"))), repr(ch)
+        assert format_record(_rec(msg=f"a{ch}b"), "n").endswith(f"a\\u{ord(ch):04x}b\n")
+    fast = FakeWriter(spool_dir(tmp_path), writer="00000000000000f1")
+    fast.log("fast \u2028 line")
+    fast.log("fast \u2029 paragraph")
+    fast.close()
+    careful = FakeWriter(spool_dir(tmp_path), writer="00000000000000f2", pid=4343)
+    careful.log("careful \x1b \u2028 line")
+    careful.log("careful \u2029 paragraph")
+    careful.close()
+    with running(config(tmp_path)) as agg:
+        wait_for(lambda: agg.health.written == 4, what="records")
+    raw = log_path(tmp_path).read_bytes()
+    assert "\u2028".encode() not in raw and "\u2029".encode() not in raw
+    text = raw.decode()
+    assert len(text.splitlines()) == 4  # str.splitlines splits on U+2028/U+2029 too
+    assert sorted(messages(log_path(tmp_path))) == sorted(
+        [
+            "careful \\x1b \\u2028 line",
+            "careful \\u2029 paragraph",
+            "fast \\u2028 line",
+            "fast \\u2029 paragraph",
+        ]
+    )
+
+
 def test_odd_fields_never_raise() -> None:
     for odd in (
         {"ts": "yesterday"},
@@ -177,6 +210,7 @@ def test_every_output_line_is_a_record_line_or_indented(batch: list[dict[str, An
     assert sum(1 for line in lines if not line.startswith("    ")) == len(batch)
     for line in lines:
         assert not any(unicodedata.category(c) == "Cc" and c != "\t" for c in line), repr(line)
+        assert "\u2028" not in line and "\u2029" not in line, repr(line)
     raw = b"".join(rec.encode(r) for r in batch)
     if is_clean(raw):
         assert format_clean_records(batch, "node") == text

@@ -35,6 +35,7 @@ def test_otlp_backlog_is_dropped_first_and_reported(tmp_path: Path) -> None:
         # (a file is final 2 s after the next one appears; 2 s here is about 11 files)
         NVRX_LOG_MAX_FILE_SIZE_KB="4",
         NVRX_LOG_MAX_LOG_FILES="40",
+        NVRX_OTEL_SPOOL_SCALE="1",
     )
     with OtlpReceiver() as receiver:
         receiver.status = 503  # the endpoint refuses: the OTLP backlog grows

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -130,17 +129,17 @@ def _url(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = DEFAULT_PROG) -> int:
-    """Run the aggregator; returns the exit code (2 for bad arguments, 1 when it cannot run)."""
+    """Run the aggregator; returns the exit code (2 for bad arguments, 1 when it cannot run
+    or could not write the node log or commit its progress: records stayed undelivered)."""
     parser = build_parser(prog)
     args = parser.parse_args(argv)
-    spool_root: Path | None = args.spool_dir
-    if spool_root is None:
-        raw = os.environ.get(env.NVRX_NODE_LOCAL_TMPDIR, "").strip()
-        if not raw:
-            parser.error(
-                f"no spool directory: pass --spool-dir or set {env.NVRX_NODE_LOCAL_TMPDIR}"
-            )
-        spool_root = Path(raw)
+    try:
+        raw = env.spool_root(args.spool_dir, strict=True)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if raw is None:
+        parser.error(f"no spool directory: pass --spool-dir or set {env.NVRX_NODE_LOCAL_TMPDIR}")
+    spool_root = Path(raw)
     try:
         config = AggregatorConfig.from_env(
             strict=True,

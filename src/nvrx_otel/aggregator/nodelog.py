@@ -1,14 +1,7 @@
-"""The node log: NVRx's line grammar, and the file it goes to (with size rotation).
+"""The node log: the file the node's records go to (with size rotation).
 
-One record becomes (one line)::
-
-    <local time YYYY-MM-DD HH:MM:SS,mmm> [<LEVEL>] [<node id>]
-    [workload:<r>(<lr>) infra:<r>(<lr>)] <file>:<line> <message>
-
-``?`` stands for an unknown rank; `` [trace_id=<32 hex> span_id=<16 hex>]`` ends the line
-when the record was written inside a span. Further lines of the message and the
-exception text follow, each indented by four spaces, so none reads as a record. Control
-characters other than tab are written as ``\\xNN`` (no ANSI escape reaches the file raw).
+The line grammar lives in :mod:`nvrx_otel.nodeline` (the logging front end writes it too);
+its names are re-exported here for the aggregator's modules.
 
 The file sink appends with ``O_APPEND``, fsyncs on request, and rotates by renaming to
 ``.1``, ``.2``, ...; how a rotation survives a crash is the service's business (it commits
@@ -18,213 +11,17 @@ the plan first), this module only carries out idempotent steps.
 from __future__ import annotations
 
 import os
-import re
-import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
-_CONTROL: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
-"""C0 controls except tab, DEL and C1 controls (U+0080..U+009F, e.g. the one-byte CSI)."""
-_INDENT: Final = "    "
-_NS: Final = 1_000_000_000
-_MS: Final = 1_000_000
-_STAMPS: dict[int, str] = {}
-"""Local-time text per whole second (most records share their second with the previous)."""
-_STAMPS_MAX: Final = 4096
-
-
-def _escape_one(match: re.Match[str]) -> str:
-    return f"\\x{ord(match.group()):02x}"
-
-
-def escape(text: str) -> str:
-    """``text`` with control characters (other than tab) written as ``\\xNN``."""
-    return _CONTROL.sub(_escape_one, text)
-
-
-def _stamp(sec: int) -> str:
-    text = _STAMPS.get(sec)
-    if text is None:
-        if len(_STAMPS) >= _STAMPS_MAX:
-            _STAMPS.clear()
-        try:
-            text = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(sec))
-        except (OverflowError, OSError, ValueError):
-            text = "????-??-?? ??:??:??"
-        _STAMPS[sec] = text
-    return text
-
-
-def local_time(ts_ns: int) -> str:
-    """``YYYY-MM-DD HH:MM:SS,mmm`` in local time for a timestamp in ns since the epoch."""
-    return f"{_stamp(ts_ns // _NS)},{ts_ns // _MS % 1000:03d}"
-
-
-def _field(value: Any, default: str = "?") -> str:
-    if value is None:
-        return default
-    return value if isinstance(value, str) else str(value)
-
-
-def _slow_format(record: dict[str, Any], node: str) -> str:
-    """Any record, however odd its fields: never raises."""
-    g = record.get
-    ts = g("ts")
-    stamp = local_time(ts) if isinstance(ts, int) else "????-??-?? ??:??:??,???"
-    msg = str(g("msg", ""))
-    exc = g("exc")
-    text = f"{msg}\n{_field(exc, '')}" if exc else msg
-    text = text.rstrip("\n")
-    first, _, rest = text.partition("\n")
-    head = (
-        f"{stamp} [{g('lvl', '?')}] [{node}] [workload:{_field(g('rank'))}"
-        f"({_field(g('lrank'))}) infra:{_field(g('irank'))}({_field(g('ilrank'))})] "
-        f"{_file_of(record)}:{g('line', '?')} {first}"
-    )
-    if "trace_id" in record:
-        head = f"{head} [trace_id={record['trace_id']} span_id={g('span_id', '?')}]"
-    lines = [escape(head)]
-    if rest:
-        lines.extend(_INDENT + escape(part) for part in rest.split("\n"))
-    lines.append("")
-    return "\n".join(lines)
-
-
-_BASENAMES: dict[str, str] = {}
-
-
-def source_file(path: str) -> str:
-    """The base name of a call site's path (records carry ``path``; ``file`` is optional)."""
-    name = _BASENAMES.get(path)
-    if name is None:
-        name = path.rpartition("/")[2] or path
-        if len(_BASENAMES) < 4096:
-            _BASENAMES[path] = name
-    return name
-
-
-def _file_of(record: dict[str, Any]) -> str:
-    file = record.get("file")
-    if file is None:
-        path = record.get("path")
-        file = source_file(path) if isinstance(path, str) else "?"
-    return str(file)
-
-
-def format_record(record: dict[str, Any], node_id: str) -> str:
-    """The node-log text of one record (a ``record.LogRecord`` dict): its line, any
-    continuation lines, and the final ``\\n``. Never raises, whatever the fields hold."""
-    return format_records((record,), escape(node_id))
-
-
-def format_records(records: Iterable[dict[str, Any]], node: str) -> str:
-    """The node-log text of many records (``node`` already escaped), equal to joining
-    :func:`format_record` of each; checks every record for what needs care."""
-    out: list[str] = []
-    append = out.append
-    search = _CONTROL.search
-    stamps = _STAMPS
-    last_sec = -1
-    stamp = ""
-    for d in records:
-        try:
-            ts = d["ts"]
-            sec = ts // _NS
-            if sec != last_sec:
-                stamp = stamps.get(sec) or _stamp(sec)
-                last_sec = sec
-            g = d.get
-            ranks = (
-                f"[workload:{g('rank', '?')}({g('lrank', '?')}) "
-                f"infra:{g('irank', '?')}({g('ilrank', '?')})]"
-            )
-            file = d.get("file") or source_file(d["path"])
-            line = (
-                f"{stamp},{ts // _MS % 1000:03d} [{d['lvl']}] [{node}] {ranks} "
-                f"{file}:{d['line']} {d['msg']}"
-            )
-            if "trace_id" in d:
-                line = f"{line} [trace_id={d['trace_id']} span_id={g('span_id', '?')}]"
-            if (
-                search(line) is None
-                and "exc" not in d
-                and ts.__class__ is int
-                and "None" not in ranks
-            ):
-                append(line)
-                continue
-        except Exception:  # odd fields: the careful path below copes with anything
-            pass
-        append(_slow_format(d, node)[:-1])
-    if not out:
-        return ""
-    out.append("")
-    return "\n".join(out)
-
-
-def _rank_block(node: str, rank: Any, lrank: Any, irank: Any, ilrank: Any) -> str:
-    return (
-        f"[{node}] [workload:{_field(rank)}({_field(lrank)}) "
-        f"infra:{_field(irank)}({_field(ilrank)})]"
-    )
-
-
-class _NotClean(Exception):
-    pass
-
-
-def format_clean_records(records: list[dict[str, Any]], node: str) -> str:
-    """:func:`format_records` for records known to be *clean*: no string holds a control
-    character, so no newline either (the reader tells this from the raw JSON: see
-    :func:`is_clean`). Falls back to the careful path on anything else. This is the
-    aggregator's hot path."""
-    out: list[str] = []
-    append = out.append
-    stamps = _STAMPS
-    blocks: dict[tuple[Any, Any, Any, Any], str] = {}
-    last_sec = -1
-    stamp = ""
-    try:
-        for d in records:
-            ts = d["ts"]
-            sec = ts // _NS
-            if sec != last_sec:
-                stamp = stamps.get(sec) or _stamp(sec)
-                last_sec = sec
-            g = d.get
-            key = (g("rank"), g("lrank"), g("irank"), g("ilrank"))
-            block = blocks.get(key)
-            if block is None:
-                block = blocks[key] = _rank_block(node, *key)
-            if "exc" in d:
-                raise _NotClean
-            file = d.get("file") or source_file(d["path"])
-            line = (
-                f"{stamp},{ts // _MS % 1000:03d} [{d['lvl']}] {block} {file}:{d['line']} {d['msg']}"
-            )
-            if "trace_id" in d:
-                line = f"{line} [trace_id={d['trace_id']} span_id={g('span_id', '?')}]"
-            append(line)
-    except Exception:  # an exception text, a missing or odd field: the careful path
-        return format_records(records, node)
-    if not out:
-        return ""
-    out.append("")
-    return "\n".join(out)
-
-
-_DIRTY_MARKS: Final = (b"\\", b"\x7f", b"\xc2")
-
-
-def is_clean(raw: bytes) -> bool:
-    """Whether orjson-encoded lines ``raw`` decode to records whose strings hold no control
-    character: JSON writes C0 controls (newline included) as ``\\`` escapes but DEL raw,
-    and C1 controls start with byte ``0xc2`` in UTF-8. Three ``memchr`` scans; a false
-    positive only costs the careful path."""
-    return not any(mark in raw for mark in _DIRTY_MARKS)
-
+from nvrx_otel.nodeline import escape as escape
+from nvrx_otel.nodeline import format_clean_records as format_clean_records
+from nvrx_otel.nodeline import format_record as format_record
+from nvrx_otel.nodeline import format_records as format_records
+from nvrx_otel.nodeline import is_clean as is_clean
+from nvrx_otel.nodeline import local_time as local_time
+from nvrx_otel.nodeline import source_file as source_file
 
 # --- the file ------------------------------------------------------------------------------
 

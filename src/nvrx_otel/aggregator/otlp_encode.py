@@ -21,6 +21,7 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from nvrx_otel import semconv
+from nvrx_otel.levels import severity_of_name
 
 Record = dict[str, Any]
 Batch = Sequence[tuple[Mapping[str, Any], list[Record]]]
@@ -114,7 +115,7 @@ def encode_logs(batch: Batch, observed_ns: int) -> ExportLogsServiceRequest:
             lr.MergeFromString(blob)
             lr.time_unix_nano = r["ts"]
             lr.observed_time_unix_nano = observed_ns
-            lr.severity_number = r.get("sev", 0)
+            lr.severity_number = r.get("sev") or severity_of_name(r.get("lvl"))
             lr.severity_text = r.get("lvl", "")
             lr.body.string_value = r.get("msg", "")
             at = lr.attributes.add

@@ -32,21 +32,24 @@ import fcntl
 import os
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
 import orjson
 
+from nvrx_otel import env
 from nvrx_otel import record as rec
 from nvrx_otel.aggregator import reports
 from nvrx_otel.aggregator.nodelog import is_clean
 from nvrx_otel.semconv import DropReasonValues
 from nvrx_otel.spool.paths import SpoolFileName
 
-MAX_LINE: Final = 64 << 20
-"""A line longer than this is not a record the writer made: it is skipped as corrupt."""
+MAX_LINE: Final = 2 * env.MAX_RECORD_KB_LIMIT * 1024
+"""A line longer than this is not a record the writer made (writers cap a record at
+``NVRX_OTEL_MAX_RECORD_KB``, at most half of this): it is skipped as one corrupt record,
+read in blocks and never held whole, so the aggregator's memory stays bounded whatever a
+spool file holds."""
+_SKIP_BLOCK: Final = 1 << 20
 _HEADER_PROBE: Final = 64 << 10
-_OPEN_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 @dataclass(eq=False)
@@ -70,6 +73,8 @@ class SpoolFile:
     held: int = 0  # records read but still held by the chronological merge
     committed: int = 0  # ``done`` as of the last commit
     final: bool = False  # the writer adds nothing more (as decided in the last cycle)
+    seen_gone: bool = False  # no writer held its lock at the last probe
+    long_scan: int = 0  # an over-long line at ``offset`` has no ``\n`` before this offset
     seq: int = -1  # sequence number of the last writer record read (record.seq_of)
     resync: int = -1  # after a truncation: records up to this sequence number were read
 
@@ -107,16 +112,12 @@ class Chunk:
         return len(self.records) - len(self.reports) + sum(self.reports.values())
 
 
-def open_spool_file(directory: Path, name: str, parts: SpoolFileName) -> SpoolFile:
-    """Open ``name`` for reading (OSError if it cannot be)."""
-    fd = os.open(directory / name, _OPEN_FLAGS)
-    try:
-        st = os.fstat(fd)
+def read_header(fd: int) -> bytes:
+    """The first bytes of a spool file, enough to hold its header line."""
+    head = os.pread(fd, 4096, 0)
+    if b"\n" not in head and len(head) == 4096:
         head = os.pread(fd, _HEADER_PROBE, 0)
-    except OSError:
-        os.close(fd)
-        raise
-    return SpoolFile(name=name, parts=parts, fd=fd, ino=st.st_ino, hdr_crc=header_crc(head))
+    return head
 
 
 def header_crc(head: bytes) -> int:
@@ -158,16 +159,19 @@ def _window(f: SpoolFile, limit: int, end: int | None) -> tuple[bytes, int]:
 
 
 def _skip_long_line(f: SpoolFile, start: int, size: int) -> int | None:
-    """Offset just past the ``\\n`` ending an over-long line starting at ``start``."""
-    pos = start + MAX_LINE
+    """Offset just past the ``\\n`` ending an over-long line starting at ``start``, looked
+    for a block at a time (resuming where the last look ended)."""
+    pos = max(start + MAX_LINE, f.long_scan)
     while pos < size:
-        block = os.pread(f.fd, 1 << 20, pos)
+        block = os.pread(f.fd, _SKIP_BLOCK, pos)
         if not block:
             break
         cut = block.find(b"\n")
         if cut >= 0:
+            f.long_scan = 0
             return pos + cut + 1
         pos += len(block)
+    f.long_scan = pos
     return None
 
 
@@ -193,7 +197,7 @@ def read_chunk(
     start = f.offset
     if size < start:  # truncated under us: writers never do that; read on from the cut
         f.resync = max(f.resync, f.seq)
-        start = f.offset = f.done = 0
+        start = f.offset = f.done = f.long_scan = 0
         data, size = _window(f, limit, end)
     skipped = lost = 0
     if f.resync >= 0:
@@ -207,10 +211,13 @@ def read_chunk(
     cut = data.rfind(b"\n")
     skipped_to: int | None = None
     if cut < 0 and len(data) >= MAX_LINE:
+        del data
         skipped_to = _skip_long_line(f, start, size)
-        if skipped_to is None and not final:
-            f.tail = size - start
-            return None
+        if skipped_to is None:
+            if not final:
+                f.tail = size - start
+                return None
+            skipped_to = size  # the writer is done: the unended line is one corrupt record
         data = b""
     at_eof = start + len(data) >= size
     body = data[: cut + 1] if cut >= 0 else b""
@@ -250,6 +257,8 @@ def read_chunk(
             try:
                 d = decode(ln)
             except ValueError:
+                if _unusable_header(ln):
+                    continue  # not a record: nothing lost; the file just has no header
                 run += 1
                 run_end = pos
                 continue
@@ -294,6 +303,15 @@ def read_chunk(
 
 
 _SPAN_KINDS: Final = frozenset({rec.KIND_SPAN_START, rec.KIND_SPAN_END})
+
+
+def _unusable_header(line: bytes) -> bool:
+    """A header whose fields do not have their types (it is ignored, not a lost record)."""
+    try:
+        d = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(d, dict) and d.get("v") == rec.SCHEMA_VERSION and d.get("k") == "hdr"
 
 
 def _seq(d: dict[str, Any]) -> int:

@@ -15,27 +15,19 @@ from typing import Any, Final
 from nvrx_otel import record as rec
 from nvrx_otel import semconv
 from nvrx_otel.aggregator.nodelog import local_time
+from nvrx_otel.identity import RECORD_KEYS, record_fields_from_resource, record_fields_of
 
 LOGGER: Final = "nvrx_otel.aggregator"
 """``lg`` of every synthetic record."""
 FILE: Final = "nvrx_aggregator"
 """``file`` of every synthetic record (``line`` is 0): the node log shows it as the call site."""
 
-IDENTITY_KEYS: Final = ("node", "job", "rank", "lrank", "irank", "ilrank")
-
-_RANK_RESOURCE_KEYS: Final = (
-    ("rank", semconv.WORKLOAD_RANK),
-    ("lrank", semconv.WORKLOAD_LOCAL_RANK),
-    ("irank", semconv.INFRA_RANK),
-    ("ilrank", semconv.INFRA_LOCAL_RANK),
-    ("node", semconv.NODE_ID),
-    ("job", semconv.JOB_ID),
-)
+IDENTITY_KEYS: Final = RECORD_KEYS
 
 
 def identity_of(source: dict[str, Any]) -> dict[str, Any]:
     """The identity fields (node, job, ranks) present in a record."""
-    return {k: source[k] for k in IDENTITY_KEYS if k in source}
+    return record_fields_of(source)
 
 
 def identity_from_header(header: dict[str, Any]) -> dict[str, Any]:
@@ -43,7 +35,7 @@ def identity_from_header(header: dict[str, Any]) -> dict[str, Any]:
     res = header.get("res")
     if not isinstance(res, dict):
         return {}
-    return {field: res[attr] for field, attr in _RANK_RESOURCE_KEYS if attr in res}
+    return record_fields_from_resource(res)
 
 
 def loss_report(

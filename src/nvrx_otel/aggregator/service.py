@@ -25,6 +25,7 @@ from typing import Any, Final
 from nvrx_otel import env
 from nvrx_otel.aggregator import state as st
 from nvrx_otel.aggregator.health import Health, say
+from nvrx_otel.aggregator.ledger import DropLedgers, WakeFifo
 from nvrx_otel.aggregator.lifecycle import (
     AggregatorError,
     JobLock,
@@ -46,8 +47,8 @@ from nvrx_otel.spool.paths import SpoolPathError, check_dir, job_dir, safe_compo
 
 __all__ = ["Aggregator", "AggregatorConfig", "AggregatorError", "RecordSink"]
 
-DEFAULT_HOLD_WINDOW_MS: Final = 2000
-DEFAULT_STATUS_INTERVAL_S: Final = 60.0
+DEFAULT_HOLD_WINDOW_MS: Final = env.HOLD_WINDOW_MS.default
+DEFAULT_STATUS_INTERVAL_S: Final = env.STATUS_INTERVAL_S.default
 COMMIT_EVERY_S: Final = 1.0
 """While a backlog keeps the loop busy, progress is committed at least this often."""
 CYCLE_CHUNKS: Final = 16
@@ -80,24 +81,12 @@ class AggregatorConfig:
     @classmethod
     def from_env(cls, *, strict: bool = False, **fields: Any) -> AggregatorConfig:
         """A config from ``fields`` plus the NVRX_OTEL_* variables (``fields`` win)."""
-        max_mb = env.read(env.NVRX_OTEL_NODE_LOG_MAX_MB, env.parse_nonneg_float, 0.0, strict=strict)
+        max_mb = env.NODE_LOG_MAX_MB.get(strict=strict)
         knobs: dict[str, Any] = {
             "max_log_bytes": int(max_mb * 1024 * 1024),
-            "log_backups": env.read(
-                env.NVRX_OTEL_NODE_LOG_BACKUPS, env.parse_nonneg_int, None, strict=strict
-            ),
-            "hold_window_ms": env.read(
-                env.NVRX_OTEL_HOLD_WINDOW_MS,
-                env.parse_nonneg_int,
-                DEFAULT_HOLD_WINDOW_MS,
-                strict=strict,
-            ),
-            "status_interval": env.read(
-                env.NVRX_OTEL_STATUS_INTERVAL_S,
-                env.parse_nonneg_float,
-                DEFAULT_STATUS_INTERVAL_S,
-                strict=strict,
-            ),
+            "log_backups": env.NODE_LOG_BACKUPS.get(strict=strict),
+            "hold_window_ms": env.HOLD_WINDOW_MS.get(strict=strict),
+            "status_interval": env.STATUS_INTERVAL_S.get(strict=strict),
         }
         knobs.update(fields)
         return cls(**knobs)
@@ -116,6 +105,11 @@ class Aggregator:
         self.job_dir = job_dir(config.spool_root, self.job_id).absolute()
         name = config.log_name or f"nvrx_log_{safe_component(self.node_id)}.log"
         self.log_path = (config.log_dir / name).absolute()
+        # Progress is committed next to the node log while the spool's file system is full.
+        self.fallback_state = self.log_path.with_name(
+            f".{self.log_path.name}.{safe_component(self.job_id or 'nojob')}.state.json"
+        )
+        self._state = st.StateStore(self.job_dir, self.fallback_state)
         self.health = Health()
         self.exit_code: int | None = None
         self.stop_reason: str | None = None
@@ -139,6 +133,8 @@ class Aggregator:
         self._lock = JobLock(self.job_dir)
         self._wait = WaitFile(None)
         self._waker = Waker()
+        self._ledgers = DropLedgers(self.job_dir)
+        self._fifo = WakeFifo(self.job_dir, self._waker.wake)
         self._opened = False
         self._resume_error = ""  # the last reason a resume failed (said once)
         self._deadline = float("inf")
@@ -191,7 +187,7 @@ class Aggregator:
         """Resume from the last commit: node log truncated to the committed length,
         an interrupted rotation finished, spool files resumed at their offsets."""
         try:
-            saved = st.load(self.job_dir)
+            saved = self._state.load()
         except st.StateError as exc:
             say(
                 f"{exc}; starting over: every spool file is read from its start, so records "
@@ -200,6 +196,7 @@ class Aggregator:
             saved = None
         if saved is not None:
             self._totals.update(saved.totals)
+        self._ledgers.forget()
         try:
             self._log.open()
         except OSError as exc:
@@ -244,12 +241,13 @@ class Aggregator:
         self.open()
         previous = catch_signals(self.request_stop) if install_signals else {}
         try:
+            self._fifo.start()
             lower_priority(self.config.nice)
             if self._otlp is not None:
                 self._otlp.start()
                 self._start_metrics()
             self._loop()
-            self.exit_code = 0
+            self.exit_code = 1 if self._broken else 0  # records it could not deliver stay
         except Exception:  # a bug, or storage gone for good: committed progress stays valid
             say("failed:\n" + traceback.format_exc().rstrip())
             self.exit_code = 1
@@ -315,6 +313,7 @@ class Aggregator:
         }
 
     def _close(self) -> None:
+        self._fifo.stop()
         if self._metrics is not None:
             self._metrics.shutdown(1.0)
             self._metrics = None
@@ -351,7 +350,7 @@ class Aggregator:
             if self._broken and not self._resume():
                 self._waker.sleep(min(cfg.check_interval, max(self._deadline - now, 0.0)))
                 continue
-            if backlog or stopping or now >= next_scan:
+            if backlog or stopping or now >= next_scan or self._fifo.take():
                 self._spool.scan()
                 next_scan = now + cfg.check_interval
             try:
@@ -362,7 +361,7 @@ class Aggregator:
                 backlog = False
                 continue
             now = time.monotonic()
-            if stopping and (now >= self._deadline or self._drained()):
+            if stopping and (now >= self._deadline or (not backlog and self._drained())):
                 break
             if now >= next_status:
                 self._status()
@@ -399,9 +398,14 @@ class Aggregator:
                 backlog = True
                 break
             for f in files:
-                if f.fd < 0:
-                    continue
-                f.final = spool.final(f, now)
+                if f.fd < 0:  # parked: reopened when there is something to read
+                    f.final = spool.final(f, now)
+                    if spool.current_size(f) <= f.offset + f.tail and not (f.tail and f.final):
+                        continue
+                    if not spool.reopen(f):
+                        break  # cannot be opened now (descriptors): tried again next cycle
+                else:
+                    f.final = spool.final(f, now)
                 before = f.offset
                 chunk = read_chunk(
                     f,
@@ -413,13 +417,22 @@ class Aggregator:
                 if chunk is not None:
                     self._take(chunk)
                 budget -= f.offset - before
-                if f.offset + f.tail < f.size or budget <= 0:
+                more = f.offset + f.tail < f.size
+                if spool.over_cap() or (f.final and not more and not f.tail):
+                    spool.park(f)  # descriptors stay bounded; a finished file needs none
+                if more or budget <= 0:
                     backlog = True  # more to read in this file, or the cycle's budget is spent
                     break  # the rest of this file before the writer's next file
         if self._merge is not None:
             self._out.released(self._merge.pop(time.time_ns()))
+        if (not backlog or self.stop_reason is not None) and self._ledgers.settle(
+            spool, self._out, self._log, self.health, self._totals
+        ):
+            self._dirty = True
         if self._otlp is not None:
             self._dirty = self._dirty or self._otlp.dirty
+        if not self._dirty:  # files become final with time alone: delete them all the same
+            self._delete_consumed()
         if self._dirty and (not backlog or time.monotonic() - self._last_commit >= COMMIT_EVERY_S):
             self._commit()
             self._delete_consumed()
@@ -449,7 +462,7 @@ class Aggregator:
         files = {
             f.name: st.FileProgress(f.ino, f.done, f.hdr_crc)
             for f in self._spool.tracked
-            if not f.vanished and f.fd >= 0
+            if not f.vanished
         }
         log = st.LogProgress(
             path=str(self.log_path),
@@ -461,11 +474,10 @@ class Aggregator:
         )
         otlp = self._otlp.state() if self._otlp is not None else None
         self._ensure_job_dir()
-        st.commit(
-            self.job_dir, st.State(files=files, log=log, totals=dict(self._totals), otlp=otlp)
-        )
+        self._state.commit(st.State(files=files, log=log, totals=dict(self._totals), otlp=otlp))
         for f in self._spool.tracked:
             f.committed = f.done
+        self._ledgers.committed()
         self._backlog_bytes = self._spool.backlog()
         self._dirty = False
         self._last_commit = time.monotonic()
@@ -510,7 +522,7 @@ class Aggregator:
                 gone=spool.writer_gone(f.writer),
             )
             for f in spool.tracked
-            if not f.vanished and f.fd >= 0
+            if not f.vanished
         ]
 
     def _delete_consumed(self) -> None:
@@ -561,19 +573,18 @@ class Aggregator:
     def _drained(self) -> bool:
         if self._otlp is not None and not self._otlp.caught_up():
             return False
-        spool = self._spool
-        for writer, files in spool.writers():
-            if not spool.writer_gone(writer):
-                return False
-            if any(f.offset < f.size or f.tail for f in files):
-                return False
-        return True
+        if not self._ledgers.settled():
+            return False
+        return self._spool.drained()
 
     def _finish(self) -> None:
         reason = self.stop_reason or "stopped"
         live = backlog = 0
         if self._broken:
-            reason += "; the node log could not be written"
+            reason += (
+                "; the node log could not be written or progress committed (exit status 1): "
+                f"records not in it stay in {self.job_dir}"
+            )
         else:
             if self._merge is not None:
                 self._out.released(self._merge.pop(None))

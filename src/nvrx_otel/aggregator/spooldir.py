@@ -7,18 +7,44 @@ its writer is gone (no lock on the writer's newest file) or when a newer file of
 writer has existed for a settling time (the writer moved on; a thread of it may still be
 inside one last ``os.write`` to the old file for a moment, so nothing is concluded about
 the old file's tail, and it is not deleted, before that).
+
+Descriptors stay bounded whatever the number of writers: at most :attr:`SpoolDir.max_open`
+files are held open (a share of ``RLIMIT_NOFILE``). A file past that, or one whose writer
+is done and that is read to its end, is *parked*: its descriptor is closed and it is
+reopened by name when there is something to read, and used only if the name still means
+the same inode and header. A file that cannot be opened (``EMFILE``, say) stays tracked and
+is retried; it is never taken for read.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import resource
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 from nvrx_otel.aggregator.health import say
-from nvrx_otel.aggregator.reader import SpoolFile, open_spool_file, writer_gone
+from nvrx_otel.aggregator.reader import SpoolFile, header_crc, read_header, writer_gone
 from nvrx_otel.aggregator.state import FileProgress
 from nvrx_otel.spool.paths import parse_name
+
+MAX_OPEN: Final = 512
+"""At most this many spool files are open at once (fewer when RLIMIT_NOFILE is low)."""
+_OPEN_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def open_cap() -> int:
+    """How many spool files may be open: half the descriptor limit less a reserve for the
+    node log, the state, the lock and sockets, within 8..MAX_OPEN."""
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        return 64
+    if soft == resource.RLIM_INFINITY:
+        return MAX_OPEN
+    return max(8, min(MAX_OPEN, soft // 2 - 16))
 
 
 class SpoolDir:
@@ -32,19 +58,22 @@ class SpoolDir:
         self._groups: dict[str, list[SpoolFile]] = {}
         self._gone: dict[str, bool] = {}  # per writer, for the current cycle
         self._reported: set[str] = set()
+        self.max_open = open_cap()
+        self.open_count = 0
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._reported:
             self._reported.add(key)
             say(message)
 
-    def scan(self) -> None:
-        """Pick up new files, notice replaced and vanished names."""
+    def scan(self) -> int:
+        """Pick up new files, notice replaced and vanished names; how many files are new."""
         try:
             names = os.listdir(self.path)
         except OSError as exc:
             self._warn_once("listdir", f"cannot list spool directory {self.path}: {exc}")
-            return
+            return 0
+        new = 0
         present: set[str] = set()
         for name in names:
             if name.startswith("."):
@@ -61,18 +90,91 @@ class SpoolDir:
             if old is not None and old.ino == ino:
                 continue
             if old is not None:
-                old.vanished = True
-            try:
-                f = open_spool_file(self.path, name, parts)
-            except OSError as exc:
-                self._warn_once(f"open:{name}", f"cannot read spool file {name}: {exc}")
-                continue
+                self._vanish(old)
+            f = SpoolFile(name=name, parts=parts, fd=-1, ino=ino)
+            if self.open_count < self.max_open:
+                self.reopen(f)
             self.by_name[name] = f
             self.tracked.append(f)
+            new += 1
         for name in list(self.by_name):
             if name not in present:
-                self.by_name.pop(name).vanished = True
+                self._vanish(self.by_name.pop(name))
         self._regroup()
+        return new
+
+    def _vanish(self, f: SpoolFile) -> None:
+        """``f``'s name is gone or means another file: read on from its descriptor, or,
+        parked, forget it (said when bytes of it were never read)."""
+        f.vanished = True
+        if f.fd >= 0:
+            return
+        if f.size > f.offset or not f.final:
+            say(
+                f"spool file {f.name} was removed or replaced while parked, "
+                f"{max(f.size - f.offset, 0)} bytes after offset {f.offset} unread"
+            )
+        self.tracked = [t for t in self.tracked if t is not f]
+
+    def reopen(self, f: SpoolFile) -> bool:
+        """Open a parked file by name if the name still means it; False when it cannot be
+        opened now (retried later) or the name is gone or means another file (the next
+        scan notices)."""
+        if f.fd >= 0:
+            return True
+        if f.vanished:
+            return False
+        try:
+            fd = os.open(self.path / f.name, _OPEN_FLAGS)
+        except FileNotFoundError:
+            return False  # the next scan notices it is gone
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                self._warn_once(
+                    "emfile",
+                    f"cannot open more spool files ({exc}); holding {self.open_count} open, "
+                    "the others are read in turn",
+                )
+            else:
+                self._warn_once(f"open:{f.name}", f"cannot read spool file {f.name}: {exc}")
+            return False
+        try:
+            ino = os.fstat(fd).st_ino
+            crc = header_crc(read_header(fd))
+        except OSError:
+            os.close(fd)
+            return False
+        if ino != f.ino or (f.hdr_crc and crc and crc != f.hdr_crc):
+            os.close(fd)
+            return False  # the name means another file now: the next scan tracks it
+        f.fd = fd
+        if not f.hdr_crc:
+            f.hdr_crc = crc
+        self.open_count += 1
+        return True
+
+    def park(self, f: SpoolFile) -> None:
+        """Close ``f``'s descriptor (it is reopened by name when needed); a file whose
+        name is gone keeps its descriptor, the only way left to it."""
+        if f.fd >= 0 and not f.vanished:
+            f.close()
+            self.open_count -= 1
+
+    def over_cap(self) -> bool:
+        return self.open_count > self.max_open
+
+    def current_size(self, f: SpoolFile) -> int:
+        """The file's size now (by descriptor, else by name; its last seen size if gone)."""
+        try:
+            if f.fd >= 0:
+                return os.fstat(f.fd).st_size
+            if not f.vanished:
+                st = os.stat(self.path / f.name, follow_symlinks=False)
+                if st.st_ino == f.ino:
+                    return st.st_size
+        except OSError:
+            pass
+        return f.size
 
     def _regroup(self) -> None:
         groups: dict[str, list[SpoolFile]] = {}
@@ -86,8 +188,13 @@ class SpoolDir:
         """Resume files from committed progress (same inode and header, else from 0)."""
         for name, f in self.by_name.items():
             p = progress.get(name)
-            if p is not None and p.ino == f.ino and (p.hdr == f.hdr_crc or not p.hdr):
+            if p is None or p.ino != f.ino:
+                continue
+            if p.hdr and not f.hdr_crc and self.reopen(f) and self.over_cap():
+                self.park(f)  # opened to read its header only
+            if p.hdr == f.hdr_crc or not p.hdr or not f.hdr_crc:  # unread header: by inode
                 f.offset = f.done = f.committed = p.offset
+                f.size = max(f.size, p.offset)
 
     def writers(self) -> Iterator[tuple[str, list[SpoolFile]]]:
         return iter(self._groups.items())
@@ -102,11 +209,26 @@ class SpoolDir:
         if gone is None:
             files = self._groups.get(writer) or []
             newest = next((f for f in reversed(files) if not f.vanished), None)
-            gone = True if newest is None else writer_gone(newest)
+            gone = True if newest is None else self._probe(newest)
             if gone:  # a writer whose files all vanished may still write to the newest inode
                 gone = all(writer_gone(f) for f in files if f.vanished and f.fd >= 0)
             self._gone[writer] = gone
         return gone
+
+    def _probe(self, f: SpoolFile) -> bool:
+        """Whether no writer holds ``f``'s lock. A parked file seen without one stays so (a
+        writer takes its lock before the file has its name and keeps it until it is done);
+        one that cannot be opened now counts as live (it is asked again later)."""
+        if f.fd >= 0:
+            f.seen_gone = writer_gone(f)
+            return f.seen_gone
+        if f.seen_gone:
+            return True
+        if not self.reopen(f):
+            return f.vanished
+        f.seen_gone = writer_gone(f)
+        self.park(f)
+        return f.seen_gone
 
     def is_newest(self, f: SpoolFile) -> bool:
         files = self._groups.get(f.writer) or []
@@ -123,14 +245,23 @@ class SpoolDir:
 
     def backlog(self) -> int:
         """Bytes of spool files not yet in the node log (as the files are now)."""
-        total = 0
-        for f in self.tracked:
-            try:
-                size = os.fstat(f.fd).st_size if f.fd >= 0 else f.size
-            except OSError:
-                size = f.size
-            total += max(0, size - f.done)
-        return total
+        return sum(max(0, self.current_size(f) - f.done) for f in self.tracked)
+
+    def drained(self) -> bool:
+        """Every writer is gone and every byte of its files is read: probed afresh, then
+        the directory listed again (a file a writer made just before it ended counts), then
+        each file's size taken now, not as last read (a file scanned but not yet read has
+        none)."""
+        self.new_cycle()
+        if not all(self.writer_gone(w) for w in list(self._groups)):
+            return False
+        if self.scan():
+            return False
+        return all(
+            not f.tail and self.current_size(f) <= f.offset
+            for f in self.tracked
+            if f.fd >= 0 or not f.vanished
+        )
 
     def live_writers(self) -> int:
         return sum(1 for w, _ in self.writers() if not self.writer_gone(w))
@@ -138,7 +269,7 @@ class SpoolDir:
     def delete(self, f: SpoolFile) -> bool:
         """Unlink (if its name still means it) and forget a fully consumed file."""
         try:
-            if os.fstat(f.fd).st_size != f.offset:
+            if self.current_size(f) != f.offset:
                 return False  # grew after all: keep reading it
             if not f.vanished:
                 path = self.path / f.name
@@ -153,7 +284,9 @@ class SpoolDir:
         return True
 
     def forget(self, f: SpoolFile) -> None:
-        f.close()
+        if f.fd >= 0:
+            f.close()
+            self.open_count -= 1
         if self.by_name.get(f.name) is f:
             del self.by_name[f.name]
         self.tracked = [t for t in self.tracked if t is not f]
@@ -165,3 +298,4 @@ class SpoolDir:
         self.tracked = []
         self.by_name = {}
         self._groups = {}
+        self.open_count = 0

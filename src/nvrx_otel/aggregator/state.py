@@ -7,6 +7,13 @@ rotation state (per-writer counts of what each node-log file holds, and a rotati
 progress). The node log is fsynced before each commit, so after any crash the node log
 holds at least the committed length, and a restart truncates it back to exactly that:
 every record is in the node log exactly once.
+
+The spool's file system may fill up (writers outrunning the aggregator): the state then
+cannot be written there, and without a commit nothing could be written or deleted. A commit
+that fails there goes to a *fallback* file next to the node log instead (the node log must
+be writable anyway for records to be delivered); every document carries a commit counter,
+and loading takes the newer of the two. The first commit that works in the job directory
+again removes the fallback.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import Any, Final
 
 import orjson
 
+from nvrx_otel.aggregator.health import say
 from nvrx_otel.aggregator.nodelog import Backup, RotationPlan, Stats
 from nvrx_otel.spool.paths import STATE_NAME
 
@@ -55,6 +63,7 @@ class State:
     log: LogProgress | None = None
     totals: dict[str, int] = field(default_factory=dict)
     otlp: dict[str, Any] | None = None  # the OTLP exporter's cursors and open spans
+    seq: int = 0  # commit counter: of the job directory's and the fallback's, the newer wins
 
 
 def state_path(job_dir: Path) -> Path:
@@ -81,6 +90,7 @@ def encode(state: State) -> bytes:
     log = state.log
     doc: dict[str, Any] = {
         "v": STATE_VERSION,
+        "n": state.seq,
         "files": {n: [f.ino, f.offset, f.hdr] for n, f in state.files.items()},
         "totals": state.totals,
         "otlp": state.otlp,
@@ -134,7 +144,11 @@ def decode(data: bytes) -> State:
             )
         otlp = doc.get("otlp")
         return State(
-            files=files, log=log, totals=totals, otlp=otlp if isinstance(otlp, dict) else None
+            files=files,
+            log=log,
+            totals=totals,
+            otlp=otlp if isinstance(otlp, dict) else None,
+            seq=int(doc.get("n", 0)),
         )
     except StateError:
         raise
@@ -145,9 +159,32 @@ def decode(data: bytes) -> State:
 # --- files ----------------------------------------------------------------------------------
 
 
-def load(job_dir: Path) -> State | None:
-    """The committed state, None when there is none; ``StateError`` when it is unusable."""
-    path = state_path(job_dir)
+def load(job_dir: Path, fallback: Path | None = None) -> State | None:
+    """The committed state (the newer of the job directory's and ``fallback``), None when
+    there is none; ``StateError`` when the one to use is unusable."""
+    try:
+        primary = _load(state_path(job_dir))
+    except StateError:
+        if fallback is None:
+            raise
+        other = _load(fallback)
+        if other is None:
+            raise
+        return other
+    if fallback is None:
+        return primary
+    try:
+        other = _load(fallback)
+    except StateError:
+        if primary is None:
+            raise
+        return primary
+    if other is None or (primary is not None and primary.seq >= other.seq):
+        return primary
+    return other
+
+
+def _load(path: Path) -> State | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -169,23 +206,84 @@ def load(job_dir: Path) -> State | None:
         raise StateError(f"{path}: {exc}") from None
 
 
-def commit(job_dir: Path, state: State) -> None:
-    """Replace the state file atomically and durably (OSError if that fails)."""
-    path = state_path(job_dir)
-    tmp = path.with_name(f"{path.name}.tmp")
+def commit(job_dir: Path, state: State, fallback: Path | None = None) -> OSError | None:
+    """Replace the state file atomically and durably; when that fails, the ``fallback``
+    file instead. Returns None when the job directory has it, else why it could not (the
+    fallback has it); raises OSError when neither could be written."""
     data = encode(state)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        _replace(state_path(job_dir), data)
+    except OSError as exc:
+        if fallback is None:
+            raise
+        try:
+            _replace(fallback, data)
+        except OSError:
+            raise exc from None
+        return exc
+    if fallback is not None:
+        try:
+            os.unlink(fallback)  # the job directory's is newer: the fallback is stale
+        except FileNotFoundError:
+            pass
+    return None
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write ``path`` whole through a temporary file, fsync, rename, fsync the directory
+    (a temporary file that could not be written whole is removed: it would hold space)."""
+    tmp = path.with_name(f"{path.name}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o600)
     try:
         view = memoryview(data)
         written = 0
         while written < len(data):
             written += os.write(fd, view[written:])
         os.fsync(fd)
-    finally:
+    except OSError:
         os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    os.close(fd)
     os.replace(tmp, path)
-    dfd = os.open(job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+class StateStore:
+    """The job's committed state: numbered commits to the job directory, or to the fallback
+    while that fails (said once when commits move there, and when they come back)."""
+
+    def __init__(self, job_dir: Path, fallback: Path) -> None:
+        self.job_dir = job_dir
+        self.fallback = fallback
+        self.seq = 0  # the last commit's number
+        self._error = ""  # why commits go to the fallback ("" while they do not)
+
+    def load(self) -> State | None:
+        saved = load(self.job_dir, self.fallback)
+        if saved is not None:
+            self.seq = max(self.seq, saved.seq)
+        return saved
+
+    def commit(self, state: State) -> None:
+        """Commit ``state`` under the next number (OSError when it cannot be anywhere)."""
+        self.seq += 1
+        state.seq = self.seq
+        error = commit(self.job_dir, state, self.fallback)
+        message = "" if error is None else str(error)
+        if message and not self._error:
+            say(
+                f"cannot commit progress in {self.job_dir} ({message}): committing to "
+                f"{self.fallback} until it can"
+            )
+        elif self._error and not message:
+            say(f"committing progress in {self.job_dir} again")
+        self._error = message

@@ -26,7 +26,7 @@ class LogConfig:
     @classmethod
     def get_node_id(cls) -> str:
         """The node id: ``NVRX_OTEL_NODE_ID``, else the host name."""
-        return env.read(env.NVRX_OTEL_NODE_ID, env.parse_text, "") or socket.gethostname()
+        return env.NODE_ID.get() or socket.gethostname()
 
     @classmethod
     def get_log_file(cls) -> str:
@@ -36,31 +36,23 @@ class LogConfig:
     @classmethod
     def get_node_local_tmp_dir(cls, node_local_tmp_dir: str | None = None) -> str | None:
         """The spool root: the argument, else ``NVRX_NODE_LOCAL_TMPDIR``; None disables it."""
-        if node_local_tmp_dir:
-            return node_local_tmp_dir
-        return os.environ.get(env.NVRX_NODE_LOCAL_TMPDIR) or None
+        return env.spool_root(node_local_tmp_dir)
 
     @classmethod
     def get_max_file_size(cls, file_size_kb: int | None = None) -> int:
-        """Spool file size in bytes: the argument in KB, else ``NVRX_LOG_MAX_FILE_SIZE_KB``
-        (default 10240 KB)."""
-        kb = file_size_kb
-        if kb is None:
-            kb = env.read(env.NVRX_LOG_MAX_FILE_SIZE_KB, env.parse_positive_int, 10240)
-        return int(kb) * 1024
+        """Spool file size in bytes: the argument in KB, else ``NVRX_LOG_MAX_FILE_SIZE_KB``."""
+        return env.spool_file_size(file_size_kb)
 
     @classmethod
     def get_max_log_files(cls) -> int:
-        """Spool files kept per process (``NVRX_LOG_MAX_LOG_FILES``, default 4)."""
-        return env.read(env.NVRX_LOG_MAX_LOG_FILES, env.parse_positive_int, 4)
+        """Spool files kept per process (``NVRX_LOG_MAX_LOG_FILES``)."""
+        return env.spool_files()
 
     @classmethod
     def get_spool_budget(cls) -> int:
-        """Spool bytes per process: ``NVRX_OTEL_SPOOL_BUDGET_MB``, else max files x size."""
-        mb = env.read(env.NVRX_OTEL_SPOOL_BUDGET_MB, env.parse_nonneg_float, 0.0)
-        if mb > 0:
-            return int(mb * 1024 * 1024)
-        return cls.get_max_log_files() * cls.get_max_file_size()
+        """Spool bytes per process: ``NVRX_OTEL_SPOOL_BUDGET_MB``, else max files x size x
+        ``NVRX_OTEL_SPOOL_SCALE``."""
+        return env.spool_budget()
 
     @classmethod
     def get_workload_rank(cls) -> int | None:
@@ -93,13 +85,13 @@ class LogConfig:
     @classmethod
     def get_log_level(cls) -> int:
         """DEBUG when ``NVRX_LOG_DEBUG`` is 1/true/yes/on, else INFO."""
-        debug = env.read(env.NVRX_LOG_DEBUG, env.parse_flag, False)
+        debug = env.LOG_DEBUG.get()
         return logging.DEBUG if debug else logging.INFO
 
     @classmethod
     def get_log_to_stdout_cfg(cls) -> bool:
         """``NVRX_LOG_TO_STDOUT`` (1/true/yes/on): stdout instead of stderr."""
-        return env.read(env.NVRX_LOG_TO_STDOUT, env.parse_flag, False)
+        return env.LOG_TO_STDOUT.get()
 
     @classmethod
     def get_process_name(cls, proc_name: str | None = None) -> str:

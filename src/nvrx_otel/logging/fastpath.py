@@ -27,7 +27,7 @@ from typing import Any, cast
 
 import orjson
 
-from nvrx_otel import _tracectx
+from nvrx_otel import _tracectx, levels
 from nvrx_otel import record as rec
 from nvrx_otel.logging.handler import (
     SpoolHandler,
@@ -40,7 +40,6 @@ from nvrx_otel.logging.watched import WatchedList
 from nvrx_otel.spool import writer as spool_writer
 
 _SRCFILE = os.path.normcase(logging.addLevelName.__code__.co_filename)
-_SEV = {lv: rec.severity_of(lv) for lv in (10, 20, 30, 40, 50)}
 _dumps = orjson.dumps
 _time_ns = time.time_ns
 _get_ident = threading.get_ident
@@ -171,7 +170,7 @@ class _Fast:
             fields = {
                 "v": rec.SCHEMA_VERSION,
                 "k": rec.KIND_LOG,
-                "sev": _SEV[level] if level in _SEV else rec.severity_of(level),
+                "sev": levels.severity_of(level),
                 "lvl": logging.getLevelName(level),
                 "lg": self.logger.name,
             }

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from nvrx_otel import _tracectx
+from nvrx_otel import _tracectx, env, levels
 from nvrx_otel import record as rec
 from nvrx_otel.identity import get_identity
 from nvrx_otel.logging.watched import WatchedList
@@ -36,7 +36,7 @@ _STD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
 }
 _N_STD = len(vars(logging.LogRecord("", 0, "", 0, "", (), None)))
 _errors = {"count": 0}
-_error_lock = threading.Lock()
+_error_lock = threading.RLock()  # a signal handler may report while its thread does
 
 
 def report_error(what: str, exc: BaseException) -> None:
@@ -103,7 +103,7 @@ def from_log_record(lr: logging.LogRecord) -> dict[str, Any]:
     out: dict[str, Any] = {
         "k": rec.KIND_LOG,
         "ts": int(lr.created * 1_000_000_000),
-        "sev": rec.severity_of(lr.levelno),
+        "sev": levels.severity_of(lr.levelno),
         "lvl": lr.levelname,
         "lg": lr.name,
         "msg": msg,
@@ -189,7 +189,7 @@ class _Lines:
         fields = {
             "v": rec.SCHEMA_VERSION,
             "k": rec.KIND_LOG,
-            "sev": rec.severity_of(levelno),
+            "sev": levels.severity_of(levelno),
             "lvl": levelname,
             "lg": name,
         }
@@ -216,7 +216,7 @@ def _site_fields(where: tuple[str, int, str, str]) -> bytes:
 
 def default_spool_dir() -> Path | None:
     """The job's spool directory from ``NVRX_NODE_LOCAL_TMPDIR``, or None when unset."""
-    root = os.environ.get("NVRX_NODE_LOCAL_TMPDIR")
+    root = env.spool_root()
     return job_dir(root, get_identity().job_id) if root else None
 
 
@@ -247,9 +247,9 @@ class SpoolHandler(logging.Handler):
         super().__init__(level)
         self.filters = WatchedList(self)
         if directory is None:
-            directory = os.environ.get("NVRX_NODE_LOCAL_TMPDIR") or None
+            directory = env.spool_root()
             if directory is None:
-                raise ValueError("SpoolHandler needs a directory or NVRX_NODE_LOCAL_TMPDIR")
+                raise ValueError(f"SpoolHandler needs a directory or {env.NVRX_NODE_LOCAL_TMPDIR}")
         self.writer: SpoolWriter = writer_for_root(
             directory, proc=proc, max_file_size=max_file_size, budget=budget
         )

@@ -21,6 +21,7 @@ from nvrx_otel.identity import get_identity
 from nvrx_otel.logging import fastpath
 from nvrx_otel.logging.config import LogConfig
 from nvrx_otel.logging.handler import SpoolHandler, from_log_record
+from nvrx_otel.nodeline import format_record
 
 _OURS = "_nvrx_otel_handler"
 _setup_lock = threading.Lock()
@@ -44,8 +45,6 @@ class NodeLineFormatter(logging.Formatter):
                 self.fields[key] = value
 
     def format(self, record: logging.LogRecord) -> str:
-        from nvrx_otel.aggregator.nodelog import format_record
-
         data = from_log_record(record)
         data.update(self.fields)
         text: str = format_record(data, self.fields["node"]).rstrip("\n")
@@ -92,7 +91,7 @@ def _configure(
     fastpath.uninstall(logger)
     logger.setLevel(LogConfig.get_log_level())
     logger.propagate = False  # as NVRx: ranks must not also print through the root logger
-    disabled = env.read(env.NVRX_OTEL_DISABLED, env.parse_flag, False)
+    disabled = env.DISABLED.get()
     root = None if disabled else LogConfig.get_node_local_tmp_dir(node_local_tmp_dir)
     handler: logging.Handler | None = None
     if log_file:

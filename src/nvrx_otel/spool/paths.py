@@ -15,6 +15,8 @@ LOCK_NAME: Final = ".nvrx_aggregator.lock"
 """Held with flock by the running aggregator of a job directory."""
 STATE_NAME: Final = ".nvrx_aggregator.state.json"
 """The aggregator's committed progress."""
+WAKE_NAME: Final = ".nvrx_aggregator.wake"
+"""A FIFO the running aggregator reads: a writer under budget pressure writes a byte."""
 
 _NAME = re.compile(
     r"^(?P<proc>.+)\.p(?P<pid>\d+)\.(?P<writer>[0-9a-f]{16})\.(?P<index>\d{6})\.jsonl$"

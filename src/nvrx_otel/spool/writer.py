@@ -2,7 +2,13 @@
 
 See ``docs/spool-format.md`` for the rules this implements. The hot path takes no lock:
 ``next()`` on an ``itertools.count`` is atomic under the GIL, and concurrent ``O_APPEND``
-writes of whole lines to a local file do not interleave. A lock is taken only to rotate.
+writes of whole lines to a local file do not interleave. A lock is taken only to rotate,
+and never waited for by the thread that holds it (a signal handler that logs while its
+thread rotates drops and counts its record instead of deadlocking).
+
+Records over the size cap (``NVRX_OTEL_MAX_RECORD_KB``) are cut on the slow path
+(``truncate.py``); every drop is also counted in the writer's drop ledger
+(``sidecar.py``), so the count survives ``os._exit`` and ``kill -9``.
 """
 
 from __future__ import annotations
@@ -21,16 +27,21 @@ from typing import Any, Final
 
 import orjson
 
+from nvrx_otel import env
 from nvrx_otel import record as rec
-from nvrx_otel.identity import get_identity
+from nvrx_otel.identity import get_identity, record_fields
 from nvrx_otel.semconv import DropReasonValues
+from nvrx_otel.spool import truncate, wake
 from nvrx_otel.spool.paths import SpoolFileName, SpoolPathError, check_dir, job_dir
+from nvrx_otel.spool.sidecar import DropLedger
 
 _dumps = orjson.dumps
-DEFAULT_MAX_FILE_SIZE: Final = 10240 * 1024
-DEFAULT_MAX_FILES: Final = 4
+DEFAULT_MAX_FILE_SIZE: Final = env.SPOOL_FILE_SIZE_KB.default * 1024
+DEFAULT_MAX_FILES: Final = env.SPOOL_FILES.default
 _RECHECK_NS: Final = 50_000_000  # while dropping, look for freed space at most every 50 ms
 _REOPEN_NS: Final = 1_000_000_000  # after a failed open, try again at most every second
+_BUDGET: Final = DropReasonValues.BUDGET.value
+_WRITE_ERROR: Final = DropReasonValues.WRITE_ERROR.value
 _OPEN_FLAGS: Final = (
     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
 )
@@ -72,19 +83,36 @@ class SpoolWriter:
         proc: str | None = None,
         max_file_size: int = DEFAULT_MAX_FILE_SIZE,
         budget: int | None = None,
+        max_record: int | None = None,
     ) -> None:
         check_dir(directory, create=True)
         self.directory = directory
         self.proc = proc
-        self.max_file_size = max(4096, max_file_size)
-        default_budget = DEFAULT_MAX_FILES * self.max_file_size
-        self.budget = max(self.max_file_size, default_budget if budget is None else budget)
-        self._lock = threading.Lock()
+        self._limit = -1
+        self._fd = -1
+        self.configure(max_file_size, budget, max_record)
+        # Reentrant, so that a signal handler logging while its own thread holds it finds
+        # ``_busy`` set (and drops) instead of waiting for itself forever.
+        self._lock = threading.RLock()
+        self._busy = False
         # Objects that cache pieces of this writer's lines (the logging fast path): told
         # whenever the writer (re)starts with a new id and identity.
         self._start_watchers: weakref.WeakSet[Any] = weakref.WeakSet()
         self._start()
         _all_writers.add(self)
+
+    def configure(
+        self, max_file_size: int, budget: int | None, max_record: int | None = None
+    ) -> None:
+        """Set the file size, the budget (None: the default number of files) and the
+        record cap (None: ``NVRX_OTEL_MAX_RECORD_KB``); never above a file's size."""
+        self.max_file_size = max(4096, max_file_size)
+        default_budget = DEFAULT_MAX_FILES * self.max_file_size * env.SPOOL_SCALE.get()
+        self.budget = max(self.max_file_size, default_budget if budget is None else budget)
+        if max_record is None:
+            max_record = env.max_record_bytes()
+        self.max_record = max(1024, min(max_record, self.max_file_size))
+        self._refresh_limit()
 
     def watch_starts(self, watcher: Any) -> None:
         """Call ``watcher.writer_started()`` after each later (re)start of this writer: a
@@ -113,17 +141,15 @@ class SpoolWriter:
         self._drop_reason = ""
         self._drop_first = 0
         self._drop_last = 0
+        self._drop_total = 0  # every drop since the start, in the ledger too
+        self._drop_written = 0  # of which drop records hold this many
+        self._ledger: DropLedger | None = None
+        self._ledger_tried = False
+        self._woke_ns = 0
         self._errors_reported: set[str] = set()
-        base: dict[str, Any] = {"node": ident.node_id, "pid": self.pid}
-        for key, value in (
-            ("job", ident.job_id),
-            ("rank", ident.workload_rank),
-            ("lrank", ident.workload_local_rank),
-            ("irank", ident.infra_rank),
-            ("ilrank", ident.infra_local_rank),
-        ):
-            if value is not None:
-                base[key] = value
+        # The identity table's fields, with pid after the first (node), as records hold them.
+        node, *rest = record_fields(ident).items()
+        base: dict[str, Any] = dict([node, ("pid", self.pid), *rest])
         self.identity_fields = base
         # The same fields as bytes, to splice onto a line that ends in "}" (hot path).
         self.identity_suffix = b"," + orjson.dumps(base)[1:] + b"\n"
@@ -136,7 +162,10 @@ class SpoolWriter:
 
     def _after_fork_in_child(self) -> None:
         """In a forked child: drop the parent's descriptors (its locks stay the parent's)."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._busy = False
+        if self._ledger is not None:
+            self._ledger.forget_in_child()
         for fd in [self._fd, *self._retired]:
             if fd >= 0:
                 try:
@@ -165,9 +194,17 @@ class SpoolWriter:
 
     def write_line(self, line: bytes, ts: int) -> None:
         """Append one encoded line; counts it as dropped if it cannot be written."""
-        if self._size + len(line) > self._limit and not self._make_room(len(line)):
-            self._count_drop(ts, DropReasonValues.BUDGET.value if self._fd >= 0 else "")
-            return
+        if self._size + len(line) > self._limit:
+            if len(line) > self.max_record:
+                cut = truncate.fit(line, self.max_record)
+                if cut is None:
+                    self._count_drop(ts, _WRITE_ERROR)
+                    return
+                line = cut
+            reason = self._make_room(len(line))
+            if reason:
+                self._count_drop(ts, reason)
+                return
         fd = self._fd
         newline = self._need_newline
         if newline:
@@ -186,9 +223,13 @@ class SpoolWriter:
             self._refresh_limit()
 
     def _refresh_limit(self) -> None:
-        """Open the lock-free path when nothing needs the slow one (see ``_limit``)."""
+        """Open the lock-free path when nothing needs the slow one (see ``_limit``).
+
+        The lock-free path may fill at most one record cap from here: a line longer than
+        the cap can never pass its one comparison, so the cap costs the hot path nothing
+        (the slow path runs once per cap's worth of bytes to move the window on)."""
         ok = self._fd >= 0 and not self._dropped and not self._need_newline
-        self._limit = self.max_file_size if ok else -1
+        self._limit = min(self.max_file_size, self._size + self.max_record) if ok else -1
 
     def finish_short_write(self, fd: int, line: bytes, written: int, ts: int) -> None:
         """Complete a record after a short write (a regular file only does that when full)."""
@@ -216,15 +257,25 @@ class SpoolWriter:
 
     # -- rotation, budget and drops -----------------------------------------------------------
 
-    def _make_room(self, needed: int) -> bool:
-        """Ensure a file with room is open and no drop is pending; False means drop."""
+    def _make_room(self, needed: int) -> str:
+        """Ensure a file with room is open and no drop is pending; else the drop reason."""
         now = time.monotonic_ns()
         if now < self._next_try_ns:
-            return False
+            return _BUDGET if self._fd >= 0 else _WRITE_ERROR
         with self._lock:
-            ok = self._make_room_locked(needed, now)
-            self._refresh_limit()
-            return ok
+            if self._busy:  # this very thread is in here: a signal handler interrupted it
+                return _WRITE_ERROR
+            self._busy = True
+            try:
+                if self._ledger is None and not self._ledger_tried:
+                    self._open_ledger()
+                ok = self._make_room_locked(needed, now)
+                self._refresh_limit()
+            finally:
+                self._busy = False
+        if ok:
+            return ""
+        return _BUDGET if self._fd >= 0 else _WRITE_ERROR
 
     def _make_room_locked(self, needed: int, now: int) -> bool:
         if self._fd >= 0 and self._size + needed <= self.max_file_size and not self._dropped:
@@ -233,15 +284,41 @@ class SpoolWriter:
             return self._flush_drops()
         if not self._room_in_budget():
             self._next_try_ns = now + _RECHECK_NS
+            self._wake(now)
             if self._fd < 0:
                 return False
-            self._drop_reason = self._drop_reason or DropReasonValues.BUDGET.value
+            self._drop_reason = self._drop_reason or _BUDGET
             return False
         if not self._open_next():
             self._next_try_ns = now + _REOPEN_NS
             return False
         self._next_try_ns = 0
+        if 2 * sum(size for _, size in self._files) + self.max_file_size > self.budget:
+            self._wake(now)  # past half the budget: the aggregator should not wait
         return self._flush_drops()
+
+    def _wake(self, now: int) -> None:
+        """Wake the node's aggregator (at most every 50 ms; never blocks)."""
+        if now - self._woke_ns >= _RECHECK_NS:
+            self._woke_ns = now
+            wake.poke(self.directory)
+
+    def _open_ledger(self) -> None:
+        """Make this writer's drop ledger (once; without one, drops still go into drop
+        records, only a process that ends abruptly then loses its pending count)."""
+        self._ledger_tried = True
+        try:
+            ledger = DropLedger.create(
+                self.directory, self._proc_name, self.pid, self.writer_id, self.identity_fields
+            )
+        except OSError as exc:
+            self._report_once(f"cannot create the drop ledger in {self.directory}: {exc}")
+            return
+        if self._drop_total:
+            ledger.written(self._drop_written)
+            ledger.reason(self._drop_reason or _WRITE_ERROR)
+            ledger.dropped(self._drop_total, self._drop_first, self._drop_last)
+        self._ledger = ledger
 
     def _room_in_budget(self) -> bool:
         alive: list[tuple[str, int]] = []
@@ -258,7 +335,11 @@ class SpoolWriter:
             alive.append((name, size))
         self._files = alive
         used = sum(size for _, size in alive)
-        return used + self.max_file_size <= self.budget
+        # The live file is deleted only once the writer has moved on: when it is all that
+        # is left (one record larger than the rest of the budget), rotate regardless, or
+        # the writer would wait for space that cannot be freed.
+        only_live = len(alive) == 1 and self._fd >= 0
+        return used + self.max_file_size <= self.budget or only_live
 
     def _current_name(self) -> str:
         return self._files[-1][0] if self._files else ""
@@ -321,17 +402,24 @@ class SpoolWriter:
 
     def _count_drop(self, ts: int, reason: str) -> None:
         self._limit = -1  # the next record takes the slow path and reports the drop first
+        ledger = self._ledger
         if not self._dropped:
             self._drop_first = ts
-            self._drop_reason = reason or DropReasonValues.WRITE_ERROR.value
+            self._drop_reason = reason or _WRITE_ERROR
+            if ledger is not None:
+                ledger.reason(self._drop_reason)
         self._dropped += 1
+        self._drop_total += 1
         self._drop_last = ts
+        if ledger is not None:  # stores into shared memory: kept however the process ends
+            ledger.dropped(self._drop_total, self._drop_first, ts)
 
     def _flush_drops(self) -> bool:
         """Write the pending drop record (caller holds the lock and has room)."""
         if not self._dropped:
             return True
         count, self._dropped = self._dropped, 0
+        seq = next(self._seq)
         drop = {
             "v": rec.SCHEMA_VERSION,
             "k": rec.KIND_DROP,
@@ -341,16 +429,24 @@ class SpoolWriter:
             "last_ts": self._drop_last,
             "reason": self._drop_reason,
         }
-        drop["key"] = self.next_key()
+        drop["key"] = f"{self.writer_id}-{seq:x}"
         drop.update(self.identity_fields)
         line = rec.encode(drop)
         if self._need_newline:
             line = b"\n" + line
+        ledger = self._ledger
+        if ledger is not None:  # killed during the write: the aggregator looks for the key
+            ledger.writing(count, seq)
         try:
             os.write(self._fd, line)
         except OSError:
             self._dropped += count  # still pending; the next attempt reports all of them
+            if ledger is not None:
+                ledger.written(self._drop_written)
             return False
+        self._drop_written += count
+        if ledger is not None:
+            ledger.written(self._drop_written)
         self._need_newline = False
         self._size += len(line)
         return True
@@ -370,25 +466,37 @@ class SpoolWriter:
     def close(self) -> None:
         """Write a pending drop record (over budget if need be) and close the files."""
         with self._lock:
-            if self._dropped and self._fd < 0:
-                self._open_next()
-            if self._dropped and self._fd >= 0:
-                self._flush_drops()
-            for fd in [self._fd, *self._retired]:
-                if fd >= 0:
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass
-            self._fd, self._retired = -1, []
-            self._limit = -1
+            if self._busy:
+                return  # a signal handler of the thread inside the slow path: exit does it
+            self._busy = True
+            try:
+                self._close_locked()
+            finally:
+                self._busy = False
+
+    def _close_locked(self) -> None:
+        if self._dropped and self._fd < 0:
+            self._open_next()
+        if self._dropped and self._fd >= 0:
+            self._flush_drops()
+        for fd in [self._fd, *self._retired]:
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._fd, self._retired = -1, []
+        self._limit = -1
+        ledger, self._ledger, self._ledger_tried = self._ledger, None, False
+        if ledger is not None:  # nothing left to report: no need for the aggregator to look
+            ledger.close(remove=self._drop_total == self._drop_written and not self._dropped)
 
 
 # --- the per-process writer ---------------------------------------------------------------
 
 _writers: dict[Path, SpoolWriter] = {}
 _all_writers: weakref.WeakSet[SpoolWriter] = weakref.WeakSet()
-_registry_lock = threading.Lock()
+_registry_lock = threading.RLock()  # setup from a signal handler never waits for itself
 
 
 def get_writer(
@@ -408,12 +516,7 @@ def get_writer(
                 key, proc=proc, max_file_size=max_file_size, budget=budget
             )
         else:
-            writer.max_file_size = max(4096, max_file_size)
-            writer._refresh_limit()
-            writer.budget = max(
-                writer.max_file_size,
-                DEFAULT_MAX_FILES * writer.max_file_size if budget is None else budget,
-            )
+            writer.configure(max_file_size, budget)
             if proc is not None and proc != writer.proc and writer._fd < 0:
                 writer.proc = proc
                 writer._start()
@@ -449,7 +552,7 @@ def close_writers() -> None:
 
 def _after_fork_in_child() -> None:
     global _registry_lock
-    _registry_lock = threading.Lock()
+    _registry_lock = threading.RLock()  # setup from a signal handler never waits for itself
     for writer in list(_all_writers):  # every writer, also those made outside get_writer
         writer._after_fork_in_child()
 

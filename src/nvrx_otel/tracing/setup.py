@@ -54,20 +54,13 @@ def _settings(spool_dir: object, proc: str | None, exporters: object) -> tuple[A
 
 
 def _disabled() -> bool:
-    return env.read(env.NVRX_OTEL_DISABLED, env.parse_flag, False) or env.read(
-        env.OTEL_SDK_DISABLED, env.parse_flag, False
-    )
+    return env.DISABLED.get() or env.read(env.OTEL_SDK_DISABLED, env.parse_flag, False)
 
 
 def _writer(root: str, proc: str | None) -> SpoolWriter | None:
-    from nvrx_otel.logging.config import LogConfig
-
     try:
         return writer_for_root(
-            root,
-            proc=proc,
-            max_file_size=LogConfig.get_max_file_size(),
-            budget=LogConfig.get_spool_budget(),
+            root, proc=proc, max_file_size=env.spool_file_size(), budget=env.spool_budget()
         )
     except (OSError, ValueError) as exc:
         env.warn_once(f"{exc}; spans go to the exporters instead of the node-local spool")
@@ -83,12 +76,8 @@ def _backend(
     parent = env_parent()
     names = exporter_names()
     nothing = exporters is None and all(n == "none" for n in names)
-    root = (
-        os.fspath(spool_dir)
-        if spool_dir is not None
-        else os.environ.get(env.NVRX_NODE_LOCAL_TMPDIR)
-    )
-    if spool_dir is None and not env.read(env.NVRX_OTEL_SPOOL_SPANS, env.parse_flag, True):
+    root = env.spool_root(spool_dir)
+    if spool_dir is None and not env.SPOOL_SPANS.get():
         root = None  # the filelog agent reads logs from the spool; spans go over OTLP
     writer = _writer(root, proc) if root else None
     if writer is not None:

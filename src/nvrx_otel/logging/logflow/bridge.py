@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import orjson
 
-from nvrx_otel import _tracectx
+from nvrx_otel import _tracectx, levels
 from nvrx_otel import record as rec
 from nvrx_otel.logging.handler import SPOOLED_ATTR, add_exception, report_error
 from nvrx_otel.logging.logflow.levels import FILE, ModuleLevels
@@ -34,10 +34,10 @@ _current_span = _tracectx.current_span
 
 
 def severity(name: str, no: int) -> int:
-    """OTel severity of a loguru level: by name (TRACE 1, SUCCESS 10), else by number."""
+    """OTel severity of a loguru level (:func:`nvrx_otel.levels.severity_for`), cached."""
     sev = _sev_by_name.get(name)
     if sev is None:
-        sev = _sev_by_name[name] = rec.SEVERITY_BY_LEVEL.get(name) or rec.severity_of(no)
+        sev = _sev_by_name[name] = levels.severity_for(name, no)
     return sev
 
 

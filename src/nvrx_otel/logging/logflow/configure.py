@@ -24,7 +24,6 @@ from loguru import logger
 
 from nvrx_otel import env
 from nvrx_otel.identity import get_identity
-from nvrx_otel.logging.config import LogConfig
 from nvrx_otel.logging.handler import default_spool_dir
 from nvrx_otel.logging.logflow import gate, intercept, queued, ranks, runfile
 from nvrx_otel.logging.logflow.bridge import SpoolBridge, discard
@@ -186,7 +185,7 @@ def _remove_handlers(st: _State) -> None:
 
 
 def _spool_writer() -> SpoolWriter | None:
-    if env.read(env.NVRX_OTEL_DISABLED, env.parse_flag, False):
+    if env.DISABLED.get():
         return None
     directory = default_spool_dir()
     if directory is None:
@@ -196,8 +195,8 @@ def _spool_writer() -> SpoolWriter | None:
             raise SpoolPathError(f"spool directory {directory.parent} is a symlink; refusing it")
         return get_writer(
             directory,
-            max_file_size=LogConfig.get_max_file_size(),
-            budget=LogConfig.get_spool_budget(),
+            max_file_size=env.spool_file_size(),
+            budget=env.spool_budget(),
         )
     except (OSError, ValueError) as exc:
         env.warn_once(f"{exc}; loguru records are not spooled")

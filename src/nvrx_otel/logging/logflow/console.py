@@ -13,18 +13,10 @@ import os
 import sys
 from typing import Any, Final
 
-from nvrx_otel import env
+from nvrx_otel import env, levels
 from nvrx_otel.logging.logflow.levels import CONSOLE, ModuleLevels
 
-_STYLES: Final = {
-    "TRACE": "bold cyan",
-    "DEBUG": "bold blue",
-    "INFO": "bold",
-    "SUCCESS": "bold green",
-    "WARNING": "bold yellow",
-    "ERROR": "bold red",
-    "CRITICAL": "bold white on red",
-}
+_STYLES: Final = {lv.name: lv.style for lv in levels.LEVELS}
 
 
 def wants_colour() -> bool:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from nvrx_otel import levels as named_levels
 from nvrx_otel.logging.logflow import ranks
 
 CONSOLE: Final = 0
@@ -42,7 +43,7 @@ def check_level(value: Any) -> Level:
     """A level name known to loguru (any case) or a number >= 0; raises :class:`Invalid`."""
     from loguru import logger
 
-    expected = "a loguru level (TRACE, DEBUG, INFO, SUCCESS, WARNING, ERROR, CRITICAL) or a number"
+    expected = f"a loguru level ({named_levels.names_text()}) or a number"
     if isinstance(value, bool):
         raise Invalid(expected)
     if isinstance(value, int):

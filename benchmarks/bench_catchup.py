@@ -1,0 +1,211 @@
+"""Catch-up after an outage: records spooled while no aggregator ran, then one started.
+
+200k records of 8 ranks are spooled (files as the spool writer makes them) while the
+aggregator is down. Then the aggregator is started as a real process, as a job script
+would start it (``python -m nvrx_otel.logging.aggregator``), and the clock runs from just before
+its process starts (interpreter start-up and imports included) to:
+
+- ``node_log``: the last record's line in the node log (OTLP off), with and without
+  ``--en-chronological-ordering``;
+- ``otlp``: the last record acknowledged by an OTLP/HTTP receiver (another process that
+  decodes each request and counts its log records), node log and OTLP both on.
+
+The aggregator runs at nice 0; its peak RSS (``VmHWM``) by then is reported. It is stopped
+by a wait file once everything arrived; its summary must report nothing dropped.
+
+    python -m benchmarks.bench_catchup [records]
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bench_aggregator import RANKS, prepare
+from nvrx_otel.spool.paths import job_dir
+
+TARGET_NODE_LOG = 200_000
+TARGET_OTLP = 100_000
+_POLL_S = 0.005
+
+_RECEIVER = r"""
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+total = 0
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def do_POST(self):
+        global total
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.path.endswith("/v1/logs"):
+            req = ExportLogsServiceRequest.FromString(body)
+            n = sum(len(s.log_records) for r in req.resource_logs for s in r.scope_logs)
+            total += n
+            print(total, flush=True)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0"); self.end_headers()
+s = ThreadingHTTPServer(("127.0.0.1", 0), H)
+s.daemon_threads = True
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"""
+
+
+class _LineCounter:
+    """Counts the node log's lines, reading each byte once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.lines = 0
+
+    def poll(self) -> int:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return 0
+        self.offset += len(data)
+        self.lines += data.count(b"\n")
+        return self.lines
+
+
+def _start_aggregator(tmp: Path, root: Path, extra: list[str]) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, NVRX_NODE_LOCAL_TMPDIR=str(root), NVRX_OTEL_STATUS_INTERVAL_S="0")
+    for name in list(env):
+        if name.startswith("OTEL_EXPORTER_OTLP"):
+            del env[name]
+    cmd = [sys.executable, "-m", "nvrx_otel.logging.aggregator", "--log-dir", str(tmp / "logs")]
+    cmd += ["--wait-file", str(tmp / "done"), "--job-id", "bench", "--nice", "0"]
+    cmd += ["--check-interval", "0.1", "--drain-timeout", "60", *extra]
+    return subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
+
+
+def _peak_rss_kib(pid: int) -> int:
+    """The process's peak RSS so far (``VmHWM``: per address space, so it starts anew at
+    ``exec`` — unlike ``ru_maxrss``, which keeps the forking parent's)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
+
+
+def _finish(proc: subprocess.Popen[bytes], tmp: Path) -> tuple[int, int, str]:
+    """Touch the wait file, reap the aggregator: (exit code, peak RSS KiB, stderr)."""
+    rss = _peak_rss_kib(proc.pid)
+    (tmp / "done").touch()
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode(errors="replace")
+    code = proc.wait()
+    if rss < 0:
+        raise RuntimeError(f"aggregator exited early ({code}):\n{err}")
+    return code, rss, err
+
+
+def _node_log(records_per_rank: int, *, chrono: bool) -> dict[str, Any]:
+    total = RANKS * records_per_rank
+    with tempfile.TemporaryDirectory(prefix="nvrx-bench-catchup-") as name:
+        tmp = Path(name)
+        root = tmp / "spool"
+        prepare(job_dir(root, "bench"), records_per_rank)
+        log = _LineCounter(tmp / "logs" / f"nvrx_log_{_node()}.log")
+        start = time.perf_counter()
+        proc = _start_aggregator(tmp, root, ["--en-chronological-ordering"] if chrono else [])
+        try:
+            while log.poll() < total:
+                if proc.poll() is not None:
+                    break
+                time.sleep(_POLL_S)
+            elapsed = time.perf_counter() - start
+        finally:
+            code, rss, err = _finish(proc, tmp)
+    return {
+        "records": total,
+        "seconds": round(elapsed, 3),
+        "records_per_s": round(total / elapsed),
+        "peak_rss_mib": round(rss / 1024, 1),
+        "exit_code": code,
+        "summary": [ln for ln in err.splitlines() if "stopped (" in ln][-1:],
+    }
+
+
+def _otlp(records_per_rank: int) -> dict[str, Any]:
+    total = RANKS * records_per_rank
+    with tempfile.TemporaryDirectory(prefix="nvrx-bench-catchup-") as name:
+        tmp = Path(name)
+        root = tmp / "spool"
+        prepare(job_dir(root, "bench"), records_per_rank)
+        receiver = subprocess.Popen(
+            [sys.executable, "-c", _RECEIVER], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert receiver.stdout is not None
+            port = int(receiver.stdout.readline())
+            start = time.perf_counter()
+            proc = _start_aggregator(tmp, root, ["--otlp-endpoint", f"http://127.0.0.1:{port}"])
+            acked = 0
+            try:
+                while acked < total:
+                    line = receiver.stdout.readline()
+                    if not line:
+                        raise RuntimeError("receiver ended")
+                    acked = int(line)
+                elapsed = time.perf_counter() - start
+            finally:
+                code, rss, err = _finish(proc, tmp)
+        finally:
+            receiver.kill()
+            receiver.wait()
+    return {
+        "records": total,
+        "acknowledged": acked,
+        "seconds": round(elapsed, 3),
+        "records_per_s": round(total / elapsed),
+        "peak_rss_mib": round(rss / 1024, 1),
+        "exit_code": code,
+        "summary": [ln for ln in err.splitlines() if "OTLP:" in ln or "stopped (" in ln],
+    }
+
+
+def _node() -> str:
+    from nvrx_otel.identity import get_identity
+
+    return get_identity().node_id
+
+
+def run(records: int = 200_000) -> dict[str, Any]:
+    per_rank = max(1, records // RANKS)
+    plain = _node_log(per_rank, chrono=False)
+    chrono = _node_log(per_rank, chrono=True)
+    otlp = _otlp(per_rank)
+    return {
+        "node_log": plain,
+        "node_log_chronological": chrono,
+        "otlp": otlp,
+        "targets": {
+            "node_log_records_per_s": TARGET_NODE_LOG,
+            "otlp_records_per_s": TARGET_OTLP,
+        },
+        "target_met": (
+            plain["records_per_s"] >= TARGET_NODE_LOG
+            and chrono["records_per_s"] >= TARGET_NODE_LOG
+            and otlp["records_per_s"] >= TARGET_OTLP
+            and otlp["acknowledged"] == otlp["records"]
+        ),
+    }
+
+
+if __name__ == "__main__":
+    print(run(int(sys.argv[1]) if len(sys.argv) > 1 else 200_000))

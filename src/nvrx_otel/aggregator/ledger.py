@@ -1,0 +1,254 @@
+"""The aggregator's side of the writers' drop ledgers and wake-ups.
+
+Drop ledgers (``spool/sidecar.py``): once a writer is gone (no lock on its ledger) and
+every one of its spool files is read, the drops its ledger counts beyond those its drop
+records hold are reported as one ``dropped <N> records ...`` WARNING, like any drop
+report; then the ledger is deleted once that report is committed. A ledger with nothing
+left to report is deleted at once. Exactly once across restarts: before writing the
+report the aggregator notes in the ledger how many drops it reports and the node log's
+inode and length at that point. On a restart the node log is cut back to its committed
+length, so a note whose offset is no longer inside the node log (same inode) is a report
+that was lost with the cut and is made again; one inside it (or in a log rotated since)
+was committed.
+
+Wake-ups (``spool/wake.py``): the FIFO ``.nvrx_aggregator.wake`` in the job directory; a
+thread waits on it and wakes the service's loop, which then scans at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import stat
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nvrx_otel.aggregator.health import Health, say
+from nvrx_otel.aggregator.nodelog import NodeLogFile
+from nvrx_otel.aggregator.output import Output
+from nvrx_otel.aggregator.reader import SpoolFile
+from nvrx_otel.aggregator.reports import identity_of, loss_report
+from nvrx_otel.aggregator.spooldir import SpoolDir
+from nvrx_otel.semconv import DropReasonValues
+from nvrx_otel.spool import sidecar
+from nvrx_otel.spool.paths import WAKE_NAME, parse_name
+
+_OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+_TAIL = 1 << 20  # where a drop record being written when its writer died would be
+
+
+class DropLedgers:
+    """Reports and deletes the drop ledgers of writers that are gone."""
+
+    def __init__(self, job_dir: Path) -> None:
+        self.dir = job_dir
+        self._after_commit: list[Path] = []
+        self._waiting = 0  # ledgers left for later in the last pass (writer alive or unread)
+
+    def forget(self) -> None:
+        """The node log was cut back to its last commit: reports since then are gone."""
+        self._after_commit = []
+
+    def settled(self) -> bool:
+        """No ledger was left waiting in the last pass (for the drain)."""
+        return self._waiting == 0
+
+    def committed(self) -> None:
+        """Progress is committed: delete the ledgers whose reports it holds."""
+        for path in self._after_commit:
+            _unlink(path)
+        self._after_commit = []
+
+    def settle(
+        self, spool: SpoolDir, out: Output, log: NodeLogFile, health: Health, totals: dict[str, int]
+    ) -> bool:
+        """Report what the ledgers of finished writers hold; True when a report was written."""
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return False
+        on_disk: dict[str, set[str]] = {}
+        for name in names:
+            parts = parse_name(name)
+            if parts is not None:
+                on_disk.setdefault(parts.writer, set()).add(name)
+        groups = dict(spool.writers())
+        wrote = False
+        waiting = 0
+        for name in names:
+            m = sidecar.NAME.match(name)
+            if m is None:
+                continue
+            path = self.dir / name
+            if path in self._after_commit:
+                continue
+            writer = m["writer"]
+            files = [f for f in groups.get(writer, []) if f.fd >= 0]
+            if not _all_read(files, on_disk.get(writer, set()), spool):
+                waiting += 1
+                continue
+            state = self._settle_one(path, writer, files, out, log, health, totals)
+            if state == "alive":
+                waiting += 1
+            wrote = wrote or state == "reported"
+        self._waiting = waiting
+        return wrote
+
+    def _settle_one(
+        self,
+        path: Path,
+        writer: str,
+        files: list[SpoolFile],
+        out: Output,
+        log: NodeLogFile,
+        health: Health,
+        totals: dict[str, int],
+    ) -> str:
+        try:
+            fd = os.open(path, _OPEN)
+        except OSError:
+            return "gone"
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return "alive"
+            view = sidecar.read_view(os.pread(fd, sidecar.SIZE, 0))
+            if view is None:
+                _unlink(path)
+                return "deleted"
+            written = view.written
+            if view.pending and _holds_key(files, f"{writer}-{view.pending_seq:x}"):
+                written += view.pending
+            already = view.reported if _committed(view, log) else 0
+            missing = view.dropped - written - already
+            if missing <= 0:
+                _unlink(path)
+                return "deleted"
+            if log.needs_rotation():
+                out.rotate()  # first: the note must name the node log the report goes into
+            sidecar.mark_reported(fd, already + missing, log.ino, log.length)
+            ident = identity_of(view.identity)
+            reason = view.reason or DropReasonValues.WRITE_ERROR.value
+            first = view.first_ts or time.time_ns()
+            last = max(view.last_ts, first)
+            report = loss_report(
+                what="dropped",
+                count=missing,
+                reason=reason,
+                pid=view.pid or None,
+                identity=ident,
+                first_ts=first,
+                last_ts=last,
+                ts=last,
+                key=f"{writer}-ledger-{view.dropped:x}",
+            )
+            out.write([report], [(writer, ident.get("rank"), view.pid, missing, first, last)])
+            health.dropped += missing
+            totals["dropped"] = totals.get("dropped", 0) + missing
+            self._after_commit.append(path)
+            return "reported"
+        except OSError as exc:
+            say(f"cannot settle the drop ledger {path.name}: {exc}")
+            return "alive"
+        finally:
+            os.close(fd)
+
+
+def _all_read(files: list[SpoolFile], names: set[str], spool: SpoolDir) -> bool:
+    """Every spool file of the writer is tracked, final and read to its end."""
+    if any(name not in spool.by_name for name in names):
+        return False  # a file the last scan did not see yet
+    return all(f.final and f.offset >= f.size and not f.tail and not f.held for f in files)
+
+
+def _committed(view: sidecar.LedgerView, log: NodeLogFile) -> bool:
+    if not view.reported:
+        return False
+    if view.report_ino != log.ino:
+        return True  # the node log rotated since, which commits first
+    return log.length > view.report_offset
+
+
+def _holds_key(files: list[SpoolFile], key: str) -> bool:
+    """Whether the writer's newest file ends with a record of ``key`` (its last drop
+    record, when it died while writing it)."""
+    if not files:
+        return True  # consumed and deleted: it was read (as a drop record) if it was there
+    f = files[-1]
+    try:
+        size = os.fstat(f.fd).st_size
+        tail = os.pread(f.fd, min(size, _TAIL), max(0, size - _TAIL))
+    except OSError:
+        return True
+    return f'"key":"{key}"'.encode() in tail
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+class WakeFifo:
+    """Listens on the job directory's wake FIFO; ``on_wake`` is called for every poke."""
+
+    def __init__(self, job_dir: Path, on_wake: Callable[[], Any]) -> None:
+        self.path = job_dir / WAKE_NAME
+        self.on_wake = on_wake
+        self.poked = False
+        self._fd = -1
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Make the FIFO (when missing) and start listening; a failure is said, not fatal."""
+        try:
+            try:
+                os.mkfifo(self.path, 0o600)
+            except FileExistsError:
+                pass
+            fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise OSError(f"{self.path} is not a FIFO")
+        except OSError as exc:
+            say(f"writers cannot wake this aggregator: {exc}")
+            return
+        self._fd = fd
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="nvrx-otel-wake", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        fd = self._fd
+        while not self._stop.is_set():
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if not ready:
+                continue
+            try:
+                while os.read(fd, 4096):
+                    pass
+            except OSError:  # drained (EAGAIN)
+                pass
+            self.poked = True
+            self.on_wake()
+
+    def take(self) -> bool:
+        """Whether a writer poked since the last call."""
+        poked, self.poked = self.poked, False
+        return poked
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+            self._thread = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

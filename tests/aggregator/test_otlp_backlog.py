@@ -81,3 +81,28 @@ def test_otlp_backlog_is_dropped_first_and_reported(tmp_path: Path) -> None:
     skipped = sum(r["attributes"][semconv.DROP_COUNT] for r in reports)
     assert skipped > 0 and "OTLP backlog: skipped" in err
     assert len(delivered) + skipped == written  # OTLP accounts for every node-log record
+
+
+def test_spool_file_is_deletable_only_past_a_committed_otlp_cursor() -> None:
+    """The OTLP thread moves its cursor (a delivery, or a backlog skip with its report)
+    between two commits; a spool file deleted on that cursor and an aggregator killed
+    before the next commit would lose the file's records unreported. Deletion follows the
+    cursor as last committed."""
+    from nvrx_otel.aggregator.otlp_export import OtlpExport
+    from nvrx_otel.aggregator.otlp_files import new_cursor
+    from nvrx_otel.spool.paths import SpoolFileName
+
+    parts = SpoolFileName("00000000000000a1", 0, 4242, "rank0")
+    export = OtlpExport(on_report=lambda _: None)
+    cursor = export.cursors[parts.name] = new_cursor(parts.name, parts, 77)
+    cursor.offset = 4096  # exported (or skipped) to the end, not yet committed
+    assert not export.consumed(parts.name, 77, 4096)
+    export.state()  # handed to a commit that fails: still not deletable
+    assert not export.consumed(parts.name, 77, 4096)
+    export.state()
+    export.committed()
+    assert export.consumed(parts.name, 77, 4096)
+    assert not export.consumed(parts.name, 78, 4096)  # another file under the name
+    restored = OtlpExport(on_report=lambda _: None)
+    restored.restore(export.state())
+    assert restored.consumed(parts.name, 77, 4096)

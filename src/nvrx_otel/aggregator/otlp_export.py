@@ -88,6 +88,11 @@ class OtlpExport:
         self.on_report = on_report
         self.lock = threading.Lock()
         self.cursors: dict[str, SpoolFile] = {}
+        # Cursors as of the last state handed out, and as of the last one committed: a
+        # spool file may be deleted only once a committed cursor is past it (a skip or a
+        # delivery not yet committed would otherwise die with the file on a kill -9).
+        self._handed: dict[str, tuple[int, int]] = {}
+        self._durable: dict[str, tuple[int, int]] = {}
         self.writers: dict[str, WriterState] = {}
         self.views: list[FileView] = []
         self.exported = {"logs": 0, "spans": 0, "truncated": 0}
@@ -121,10 +126,10 @@ class OtlpExport:
         self._wake.set()
 
     def consumed(self, name: str, ino: int, size: int) -> bool:
-        """The OTLP cursor is at the end of this file: it may be deleted."""
+        """The committed OTLP cursor is at the end of this file: it may be deleted."""
         with self.lock:
-            c = self.cursors.get(name)
-            return c is not None and c.ino == ino and c.offset >= size
+            c = self._durable.get(name)
+            return c is not None and c[0] == ino and c[1] >= size
 
     def caught_up(self) -> bool:
         """Everything the node log committed has been exported (or reported dropped)."""
@@ -139,11 +144,17 @@ class OtlpExport:
         """What to commit with the aggregator's state."""
         with self.lock:
             self.dirty = False
+            self._handed = {n: (c.ino, c.offset) for n, c in self.cursors.items()}
             return {
-                "cursors": {n: [c.ino, c.offset] for n, c in self.cursors.items()},
+                "cursors": {n: [ino, offset] for n, (ino, offset) in self._handed.items()},
                 "writers": {w: s.to_json() for w, s in self.writers.items()},
                 "skipped": self.skipped,
             }
+
+    def committed(self) -> None:
+        """The last :meth:`state` is committed: its cursors now decide what may be deleted."""
+        with self.lock:
+            self._durable = self._handed
 
     def restore(self, saved: dict[str, Any] | None) -> None:
         if not saved:
@@ -156,6 +167,7 @@ class OtlpExport:
                 if parts is not None:
                     c = self.cursors[name] = new_cursor(name, parts, int(ino))
                     c.offset = int(offset)
+                    self._durable[name] = (int(ino), int(offset))
                     w = self.writers.get(parts.writer)
                     if w is not None:
                         c.identity = dict(w.identity)

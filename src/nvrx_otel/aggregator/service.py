@@ -478,6 +478,8 @@ class Aggregator:
         for f in self._spool.tracked:
             f.committed = f.done
         self._ledgers.committed()
+        if self._otlp is not None:
+            self._otlp.committed()
         self._backlog_bytes = self._spool.backlog()
         self._dirty = False
         self._last_commit = time.monotonic()

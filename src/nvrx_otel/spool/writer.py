@@ -25,8 +25,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-import orjson
-
 from nvrx_otel import env
 from nvrx_otel import record as rec
 from nvrx_otel.identity import get_identity, record_fields
@@ -35,7 +33,6 @@ from nvrx_otel.spool import truncate, wake
 from nvrx_otel.spool.paths import SpoolFileName, SpoolPathError, check_dir, job_dir
 from nvrx_otel.spool.sidecar import DropLedger
 
-_dumps = orjson.dumps
 DEFAULT_MAX_FILE_SIZE: Final = env.SPOOL_FILE_SIZE_KB.default * 1024
 DEFAULT_MAX_FILES: Final = env.SPOOL_FILES.default
 _RECHECK_NS: Final = 50_000_000  # while dropping, look for freed space at most every 50 ms
@@ -70,10 +67,25 @@ def _report(message: str) -> None:
 
 
 class SpoolWriter:
-    """Appends records to ``<directory>/<proc>.p<pid>.<writer>.<index>.jsonl`` files.
+    """Appends lines to ``<directory>/<proc>.p<pid>.<writer>.<index>.jsonl`` files.
 
-    ``emit`` never raises: a record that cannot be written is counted and reported in
-    a ``drop`` record as soon as writing works again (or at exit).
+    The writer appends bytes; the lines come from ``record`` (the codec). ``emit``,
+    ``write_line`` and ``close`` never raise: a record that cannot be written is counted
+    and reported in a ``drop`` record as soon as writing works again (or at exit).
+
+    Public state, for front ends that build whole lines themselves:
+
+    - ``counter``: ``next(writer.counter)`` numbers a record (its ``key``'s ``seq``,
+      ``record.record_key``); every record the writer emits takes one, across its files.
+    - The *append window* ``fd``, ``size``, ``limit``: while ``size + len(line) <=
+      limit`` a caller may append a whole ``line`` without the writer's lock as
+      ``write_line`` does: ``n = append(fd, line, size)``, then ``size += n`` when ``n``
+      is the line's length, else ``finish_short_write(fd, line, n, ts)``; an ``OSError``
+      goes to ``write_failed(exc, ts)``. Anything else (the window closed, ``limit`` -1)
+      goes through ``write_line``, which rotates, enforces the budget and reports drops.
+      The logging fast path does this inline: a call saved is ~3% of a log call.
+    - ``identity_suffix``, ``identity_fields``, ``writer_id``: what its lines end with
+      and their keys start with; ``watch_starts`` says when they change.
     """
 
     def __init__(
@@ -88,8 +100,8 @@ class SpoolWriter:
         check_dir(directory, create=True)
         self.directory = directory
         self.proc = proc
-        self._limit = -1
-        self._fd = -1
+        self.limit = -1
+        self.fd = -1
         self.configure(max_file_size, budget, max_record)
         # Reentrant, so that a signal handler logging while its own thread holds it finds
         # ``_busy`` set (and drops) instead of waiting for itself forever.
@@ -124,15 +136,15 @@ class SpoolWriter:
     def _start(self) -> None:
         ident = get_identity()
         self.writer_id = os.urandom(8).hex()
-        self.key_head = self.writer_id.encode()  # the records' keys are b"<key_head>-<seq>"
         self.pid = os.getpid()
-        self._seq = itertools.count()
-        self._fd = -1
+        self.counter = itertools.count()
+        self.fd = -1
         self._index = -1
-        self._size = 0
-        # How large the current file may grow on the lock-free path: max_file_size, or -1
-        # while the slow path must run first (no file, drops to report, a torn line to end).
-        self._limit = -1
+        self.size = 0
+        # The append window (see the class docstring): how large the current file may grow
+        # on the lock-free path, or -1 while the slow path must run first (no file, drops
+        # to report, a torn line to end).
+        self.limit = -1
         self._files: list[tuple[str, int]] = []  # (name, bytes) of files this writer made
         self._retired: list[int] = []  # fds of older files, closed one rotation later
         self._need_newline = False
@@ -152,7 +164,7 @@ class SpoolWriter:
         base: dict[str, Any] = dict([node, ("pid", self.pid), *rest])
         self.identity_fields = base
         # The same fields as bytes, to splice onto a line that ends in "}" (hot path).
-        self.identity_suffix = b"," + orjson.dumps(base)[1:] + b"\n"
+        self.identity_suffix = rec.identity_suffix(base)
         self._resource = ident.attributes()
         self._proc_name = self.proc or (
             f"rank{ident.workload_rank}" if ident.workload_rank is not None else "proc"
@@ -166,7 +178,7 @@ class SpoolWriter:
         self._busy = False
         if self._ledger is not None:
             self._ledger.forget_in_child()
-        for fd in [self._fd, *self._retired]:
+        for fd in [self.fd, *self._retired]:
             if fd >= 0:
                 try:
                     os.close(fd)
@@ -179,22 +191,17 @@ class SpoolWriter:
     def emit(self, record: dict[str, Any]) -> None:
         """Append one record (a ``record.LogRecord``-shaped dict without v/seq/key/identity)."""
         record["v"] = rec.SCHEMA_VERSION
-        record["key"] = f"{self.writer_id}-{next(self._seq):x}"
-        try:
-            body = _dumps(record)
-        except (TypeError, orjson.JSONEncodeError):
-            body = rec.encode(record)[:-1]
-        # The identity fields are spliced on as bytes, not merged into the dict.
-        self.write_line(body[:-1] + self.identity_suffix, record.get("ts", 0))
+        record["key"] = rec.record_key(self.writer_id, next(self.counter))
+        self.write_line(rec.spliced_line(record, self.identity_suffix), record.get("ts", 0))
 
     def next_key(self) -> str:
         """The next record's ``key``, ``<writer>-<seq>`` (for front ends that build whole
         lines themselves)."""
-        return f"{self.writer_id}-{next(self._seq):x}"
+        return rec.record_key(self.writer_id, next(self.counter))
 
     def write_line(self, line: bytes, ts: int) -> None:
         """Append one encoded line; counts it as dropped if it cannot be written."""
-        if self._size + len(line) > self._limit:
+        if self.size + len(line) > self.limit:
             if len(line) > self.max_record:
                 cut = truncate.fit(line, self.max_record)
                 if cut is None:
@@ -205,19 +212,19 @@ class SpoolWriter:
             if reason:
                 self._count_drop(ts, reason)
                 return
-        fd = self._fd
+        fd = self.fd
         newline = self._need_newline
         if newline:
             line = b"\n" + line
         try:
-            n = append(fd, line, self._size)
+            n = append(fd, line, self.size)
         except OSError as exc:
             self.write_failed(exc, ts)
             return
         if n < len(line):
             self.finish_short_write(fd, line, n, ts)
             return
-        self._size += n
+        self.size += n
         if newline:
             self._need_newline = False
             self._refresh_limit()
@@ -228,8 +235,8 @@ class SpoolWriter:
         The lock-free path may fill at most one record cap from here: a line longer than
         the cap can never pass its one comparison, so the cap costs the hot path nothing
         (the slow path runs once per cap's worth of bytes to move the window on)."""
-        ok = self._fd >= 0 and not self._dropped and not self._need_newline
-        self._limit = min(self.max_file_size, self._size + self.max_record) if ok else -1
+        ok = self.fd >= 0 and not self._dropped and not self._need_newline
+        self.limit = min(self.max_file_size, self.size + self.max_record) if ok else -1
 
     def finish_short_write(self, fd: int, line: bytes, written: int, ts: int) -> None:
         """Complete a record after a short write (a regular file only does that when full)."""
@@ -237,11 +244,11 @@ class SpoolWriter:
             while written < len(line):
                 written += os.write(fd, line[written:])
         except OSError as exc:
-            self._size += written
+            self.size += written
             self.write_failed(exc, ts, torn=True)
             return
         self._need_newline = False
-        self._size += written
+        self.size += written
         self._refresh_limit()
 
     def write_failed(self, exc: OSError, ts: int, *, torn: bool = False) -> None:
@@ -250,7 +257,7 @@ class SpoolWriter:
         A torn piece is counted by the reader as one corrupt record, so it is not also
         counted here as dropped (each record is accounted for exactly once)."""
         self._need_newline = True
-        self._limit = -1
+        self.limit = -1
         if not torn:
             self._count_drop(ts, DropReasonValues.WRITE_ERROR.value)
         self._report_once(f"cannot write spool file in {self.directory}: {exc}")
@@ -261,7 +268,7 @@ class SpoolWriter:
         """Ensure a file with room is open and no drop is pending; else the drop reason."""
         now = time.monotonic_ns()
         if now < self._next_try_ns:
-            return _BUDGET if self._fd >= 0 else _WRITE_ERROR
+            return _BUDGET if self.fd >= 0 else _WRITE_ERROR
         with self._lock:
             if self._busy:  # this very thread is in here: a signal handler interrupted it
                 return _WRITE_ERROR
@@ -275,17 +282,17 @@ class SpoolWriter:
                 self._busy = False
         if ok:
             return ""
-        return _BUDGET if self._fd >= 0 else _WRITE_ERROR
+        return _BUDGET if self.fd >= 0 else _WRITE_ERROR
 
     def _make_room_locked(self, needed: int, now: int) -> bool:
-        if self._fd >= 0 and self._size + needed <= self.max_file_size and not self._dropped:
+        if self.fd >= 0 and self.size + needed <= self.max_file_size and not self._dropped:
             return True  # another thread made room
-        if self._fd >= 0 and self._size + needed <= self.max_file_size:
+        if self.fd >= 0 and self.size + needed <= self.max_file_size:
             return self._flush_drops()
         if not self._room_in_budget():
             self._next_try_ns = now + _RECHECK_NS
             self._wake(now)
-            if self._fd < 0:
+            if self.fd < 0:
                 return False
             self._drop_reason = self._drop_reason or _BUDGET
             return False
@@ -323,8 +330,8 @@ class SpoolWriter:
     def _room_in_budget(self) -> bool:
         alive: list[tuple[str, int]] = []
         for name, size in self._files:
-            if name == self._current_name() and self._fd >= 0:
-                alive.append((name, self._size))
+            if name == self._current_name() and self.fd >= 0:
+                alive.append((name, self.size))
                 continue
             try:
                 os.stat(self.directory / name)
@@ -338,7 +345,7 @@ class SpoolWriter:
         # The live file is deleted only once the writer has moved on: when it is all that
         # is left (one record larger than the rest of the budget), rotate regardless, or
         # the writer would wait for space that cannot be freed.
-        only_live = len(alive) == 1 and self._fd >= 0
+        only_live = len(alive) == 1 and self.fd >= 0
         return used + self.max_file_size <= self.budget or only_live
 
     def _current_name(self) -> str:
@@ -348,20 +355,16 @@ class SpoolWriter:
         index = self._index + 1
         name = SpoolFileName(self.writer_id, index, self.pid, self._proc_name).name
         tmp = self.directory / f".{name}.tmp"
-        header = rec.encode(
-            {
-                "v": rec.SCHEMA_VERSION,
-                "k": rec.KIND_HEADER,
-                "w": self.writer_id,
-                "f": index,
-                "ts": time.time_ns(),
-                "pid": self.pid,
-                "ppid": os.getppid(),
-                "proc": self._proc_name,
-                "budget": self.budget,
-                "max": self.max_file_size,
-                "res": self._resource,
-            }
+        header = rec.header_line(
+            writer_id=self.writer_id,
+            index=index,
+            ts=time.time_ns(),
+            pid=self.pid,
+            ppid=os.getppid(),
+            proc=self._proc_name,
+            budget=self.budget,
+            max_file_size=self.max_file_size,
+            resource=self._resource,
         )
         try:
             fd = os.open(tmp, _OPEN_FLAGS, 0o600)
@@ -380,10 +383,10 @@ class SpoolWriter:
                 pass
             self._report_once(f"cannot create spool file in {self.directory}: {exc}")
             return False
-        old = self._fd
+        old = self.fd
         if old >= 0:
             if self._files:
-                self._files[-1] = (self._files[-1][0], self._size)
+                self._files[-1] = (self._files[-1][0], self.size)
             try:
                 fcntl.flock(old, fcntl.LOCK_UN)  # the old file is complete: writer moved on
             except OSError:
@@ -395,13 +398,13 @@ class SpoolWriter:
                 except OSError:
                     pass
             self._retired = [old]
-        self._fd, self._index, self._size = fd, index, len(header)
+        self.fd, self._index, self.size = fd, index, len(header)
         self._files.append((name, len(header)))
         self._need_newline = False
         return True
 
     def _count_drop(self, ts: int, reason: str) -> None:
-        self._limit = -1  # the next record takes the slow path and reports the drop first
+        self.limit = -1  # the next record takes the slow path and reports the drop first
         ledger = self._ledger
         if not self._dropped:
             self._drop_first = ts
@@ -419,26 +422,24 @@ class SpoolWriter:
         if not self._dropped:
             return True
         count, self._dropped = self._dropped, 0
-        seq = next(self._seq)
-        drop = {
-            "v": rec.SCHEMA_VERSION,
-            "k": rec.KIND_DROP,
-            "ts": time.time_ns(),
-            "count": count,
-            "first_ts": self._drop_first,
-            "last_ts": self._drop_last,
-            "reason": self._drop_reason,
-        }
-        drop["key"] = f"{self.writer_id}-{seq:x}"
-        drop.update(self.identity_fields)
-        line = rec.encode(drop)
+        seq = next(self.counter)
+        line = rec.drop_line(
+            writer_id=self.writer_id,
+            seq=seq,
+            ts=time.time_ns(),
+            count=count,
+            first_ts=self._drop_first,
+            last_ts=self._drop_last,
+            reason=self._drop_reason,
+            identity=self.identity_fields,
+        )
         if self._need_newline:
             line = b"\n" + line
         ledger = self._ledger
         if ledger is not None:  # killed during the write: the aggregator looks for the key
             ledger.writing(count, seq)
         try:
-            os.write(self._fd, line)
+            os.write(self.fd, line)
         except OSError:
             self._dropped += count  # still pending; the next attempt reports all of them
             if ledger is not None:
@@ -448,7 +449,7 @@ class SpoolWriter:
         if ledger is not None:
             ledger.written(self._drop_written)
         self._need_newline = False
-        self._size += len(line)
+        self.size += len(line)
         return True
 
     def _report_once(self, message: str) -> None:
@@ -461,7 +462,7 @@ class SpoolWriter:
     @property
     def current_path(self) -> Path | None:
         """The live spool file, if one is open."""
-        return self.directory / self._current_name() if self._fd >= 0 else None
+        return self.directory / self._current_name() if self.fd >= 0 else None
 
     def close(self) -> None:
         """Write a pending drop record (over budget if need be) and close the files."""
@@ -475,18 +476,18 @@ class SpoolWriter:
                 self._busy = False
 
     def _close_locked(self) -> None:
-        if self._dropped and self._fd < 0:
+        if self._dropped and self.fd < 0:
             self._open_next()
-        if self._dropped and self._fd >= 0:
+        if self._dropped and self.fd >= 0:
             self._flush_drops()
-        for fd in [self._fd, *self._retired]:
+        for fd in [self.fd, *self._retired]:
             if fd >= 0:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self._fd, self._retired = -1, []
-        self._limit = -1
+        self.fd, self._retired = -1, []
+        self.limit = -1
         ledger, self._ledger, self._ledger_tried = self._ledger, None, False
         if ledger is not None:  # nothing left to report: no need for the aggregator to look
             ledger.close(remove=self._drop_total == self._drop_written and not self._dropped)
@@ -517,7 +518,7 @@ def get_writer(
             )
         else:
             writer.configure(max_file_size, budget)
-            if proc is not None and proc != writer.proc and writer._fd < 0:
+            if proc is not None and proc != writer.proc and writer.fd < 0:
                 writer.proc = proc
                 writer._start()
         return writer

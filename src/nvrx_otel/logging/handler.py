@@ -20,7 +20,8 @@ from nvrx_otel import record as rec
 from nvrx_otel.identity import get_identity
 from nvrx_otel.logging.watched import WatchedList
 from nvrx_otel.spool.paths import job_dir
-from nvrx_otel.spool.writer import DEFAULT_MAX_FILE_SIZE, SpoolWriter, writer_for_root
+from nvrx_otel.spool.registry import writer_for_root
+from nvrx_otel.spool.writer import DEFAULT_MAX_FILE_SIZE, SpoolWriter
 
 _dumps = rec.json_value
 _LEAN_INPUTS = frozenset({"level", "filters"})  # a SpoolHandler's, for the lean path

@@ -13,7 +13,6 @@ Records over the size cap (``NVRX_OTEL_MAX_RECORD_KB``) are cut on the slow path
 
 from __future__ import annotations
 
-import atexit
 import fcntl
 import itertools
 import os
@@ -29,9 +28,9 @@ from nvrx_otel import env
 from nvrx_otel import record as rec
 from nvrx_otel.identity import get_identity, record_fields
 from nvrx_otel.semconv import DropReasonValues
-from nvrx_otel.spool import truncate, wake
-from nvrx_otel.spool.paths import SpoolFileName, SpoolPathError, check_dir, job_dir
-from nvrx_otel.spool.sidecar import DropLedger
+from nvrx_otel.spool import rotation, truncate, wake
+from nvrx_otel.spool.drops import DropCount
+from nvrx_otel.spool.paths import SpoolFileName, check_dir
 
 DEFAULT_MAX_FILE_SIZE: Final = env.SPOOL_FILE_SIZE_KB.default * 1024
 DEFAULT_MAX_FILES: Final = env.SPOOL_FILES.default
@@ -39,9 +38,6 @@ _RECHECK_NS: Final = 50_000_000  # while dropping, look for freed space at most 
 _REOPEN_NS: Final = 1_000_000_000  # after a failed open, try again at most every second
 _BUDGET: Final = DropReasonValues.BUDGET.value
 _WRITE_ERROR: Final = DropReasonValues.WRITE_ERROR.value
-_OPEN_FLAGS: Final = (
-    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-)
 
 
 def _write_appending(fd: int, data: bytes, offset: int) -> int:
@@ -131,6 +127,13 @@ class SpoolWriter:
         forked child's, or a new process name's (new writer id, identity and key)."""
         self._start_watchers.add(watcher)
 
+    def rename(self, proc: str) -> None:
+        """Take the process name ``proc`` (NVRx's file prefix) from the next file on: a
+        new writer id and identity (only while no file is open)."""
+        if self.fd < 0 and proc != self.proc:
+            self.proc = proc
+            self._start()
+
     # -- state that a forked child must replace ------------------------------------------
 
     def _start(self) -> None:
@@ -149,14 +152,7 @@ class SpoolWriter:
         self._retired: list[int] = []  # fds of older files, closed one rotation later
         self._need_newline = False
         self._next_try_ns = 0
-        self._dropped = 0
-        self._drop_reason = ""
-        self._drop_first = 0
-        self._drop_last = 0
-        self._drop_total = 0  # every drop since the start, in the ledger too
-        self._drop_written = 0  # of which drop records hold this many
-        self._ledger: DropLedger | None = None
-        self._ledger_tried = False
+        self.drops = DropCount()
         self._woke_ns = 0
         self._errors_reported: set[str] = set()
         # The identity table's fields, with pid after the first (node), as records hold them.
@@ -172,12 +168,11 @@ class SpoolWriter:
         for watcher in list(self._start_watchers):
             watcher.writer_started()
 
-    def _after_fork_in_child(self) -> None:
+    def restart_in_child(self) -> None:
         """In a forked child: drop the parent's descriptors (its locks stay the parent's)."""
         self._lock = threading.RLock()
         self._busy = False
-        if self._ledger is not None:
-            self._ledger.forget_in_child()
+        self.drops.forget_in_child()
         for fd in [self.fd, *self._retired]:
             if fd >= 0:
                 try:
@@ -235,7 +230,7 @@ class SpoolWriter:
         The lock-free path may fill at most one record cap from here: a line longer than
         the cap can never pass its one comparison, so the cap costs the hot path nothing
         (the slow path runs once per cap's worth of bytes to move the window on)."""
-        ok = self.fd >= 0 and not self._dropped and not self._need_newline
+        ok = self.fd >= 0 and not self.drops.pending and not self._need_newline
         self.limit = min(self.max_file_size, self.size + self.max_record) if ok else -1
 
     def finish_short_write(self, fd: int, line: bytes, written: int, ts: int) -> None:
@@ -274,8 +269,15 @@ class SpoolWriter:
                 return _WRITE_ERROR
             self._busy = True
             try:
-                if self._ledger is None and not self._ledger_tried:
-                    self._open_ledger()
+                if not self.drops.ledger_tried:
+                    self.drops.open_ledger(
+                        self.directory,
+                        self._proc_name,
+                        self.pid,
+                        self.writer_id,
+                        self.identity_fields,
+                        self._report_once,
+                    )
                 ok = self._make_room_locked(needed, now)
                 self._refresh_limit()
             finally:
@@ -285,7 +287,7 @@ class SpoolWriter:
         return _BUDGET if self.fd >= 0 else _WRITE_ERROR
 
     def _make_room_locked(self, needed: int, now: int) -> bool:
-        if self.fd >= 0 and self.size + needed <= self.max_file_size and not self._dropped:
+        if self.fd >= 0 and self.size + needed <= self.max_file_size and not self.drops.pending:
             return True  # another thread made room
         if self.fd >= 0 and self.size + needed <= self.max_file_size:
             return self._flush_drops()
@@ -294,7 +296,7 @@ class SpoolWriter:
             self._wake(now)
             if self.fd < 0:
                 return False
-            self._drop_reason = self._drop_reason or _BUDGET
+            self.drops.reason = self.drops.reason or _BUDGET
             return False
         if not self._open_next():
             self._next_try_ns = now + _REOPEN_NS
@@ -310,37 +312,9 @@ class SpoolWriter:
             self._woke_ns = now
             wake.poke(self.directory)
 
-    def _open_ledger(self) -> None:
-        """Make this writer's drop ledger (once; without one, drops still go into drop
-        records, only a process that ends abruptly then loses its pending count)."""
-        self._ledger_tried = True
-        try:
-            ledger = DropLedger.create(
-                self.directory, self._proc_name, self.pid, self.writer_id, self.identity_fields
-            )
-        except OSError as exc:
-            self._report_once(f"cannot create the drop ledger in {self.directory}: {exc}")
-            return
-        if self._drop_total:
-            ledger.written(self._drop_written)
-            ledger.reason(self._drop_reason or _WRITE_ERROR)
-            ledger.dropped(self._drop_total, self._drop_first, self._drop_last)
-        self._ledger = ledger
-
     def _room_in_budget(self) -> bool:
-        alive: list[tuple[str, int]] = []
-        for name, size in self._files:
-            if name == self._current_name() and self.fd >= 0:
-                alive.append((name, self.size))
-                continue
-            try:
-                os.stat(self.directory / name)
-            except FileNotFoundError:
-                continue  # consumed and deleted by the aggregator
-            except OSError:
-                pass
-            alive.append((name, size))
-        self._files = alive
+        live = self._current_name() if self.fd >= 0 else ""
+        alive = self._files = rotation.still_there(self.directory, self._files, live, self.size)
         used = sum(size for _, size in alive)
         # The live file is deleted only once the writer has moved on: when it is all that
         # is left (one record larger than the rest of the budget), rotate regardless, or
@@ -354,7 +328,6 @@ class SpoolWriter:
     def _open_next(self) -> bool:
         index = self._index + 1
         name = SpoolFileName(self.writer_id, index, self.pid, self._proc_name).name
-        tmp = self.directory / f".{name}.tmp"
         header = rec.header_line(
             writer_id=self.writer_id,
             index=index,
@@ -367,20 +340,8 @@ class SpoolWriter:
             resource=self._resource,
         )
         try:
-            fd = os.open(tmp, _OPEN_FLAGS, 0o600)
+            fd = rotation.create(self.directory, name, header)
         except OSError as exc:
-            self._report_once(f"cannot create spool file in {self.directory}: {exc}")
-            return False
-        try:
-            os.write(fd, header)
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            os.rename(tmp, self.directory / name)
-        except OSError as exc:
-            os.close(fd)
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
             self._report_once(f"cannot create spool file in {self.directory}: {exc}")
             return False
         old = self.fd
@@ -405,49 +366,34 @@ class SpoolWriter:
 
     def _count_drop(self, ts: int, reason: str) -> None:
         self.limit = -1  # the next record takes the slow path and reports the drop first
-        ledger = self._ledger
-        if not self._dropped:
-            self._drop_first = ts
-            self._drop_reason = reason or _WRITE_ERROR
-            if ledger is not None:
-                ledger.reason(self._drop_reason)
-        self._dropped += 1
-        self._drop_total += 1
-        self._drop_last = ts
-        if ledger is not None:  # stores into shared memory: kept however the process ends
-            ledger.dropped(self._drop_total, self._drop_first, ts)
+        self.drops.count(ts, reason)
 
     def _flush_drops(self) -> bool:
         """Write the pending drop record (caller holds the lock and has room)."""
-        if not self._dropped:
+        drops = self.drops
+        if not drops.pending:
             return True
-        count, self._dropped = self._dropped, 0
+        count = drops.take()
         seq = next(self.counter)
         line = rec.drop_line(
             writer_id=self.writer_id,
             seq=seq,
             ts=time.time_ns(),
             count=count,
-            first_ts=self._drop_first,
-            last_ts=self._drop_last,
-            reason=self._drop_reason,
+            first_ts=drops.first,
+            last_ts=drops.last,
+            reason=drops.reason,
             identity=self.identity_fields,
         )
         if self._need_newline:
             line = b"\n" + line
-        ledger = self._ledger
-        if ledger is not None:  # killed during the write: the aggregator looks for the key
-            ledger.writing(count, seq)
+        drops.writing(count, seq)
         try:
             os.write(self.fd, line)
         except OSError:
-            self._dropped += count  # still pending; the next attempt reports all of them
-            if ledger is not None:
-                ledger.written(self._drop_written)
+            drops.wrote(count, ok=False)
             return False
-        self._drop_written += count
-        if ledger is not None:
-            ledger.written(self._drop_written)
+        drops.wrote(count, ok=True)
         self._need_newline = False
         self.size += len(line)
         return True
@@ -476,9 +422,9 @@ class SpoolWriter:
                 self._busy = False
 
     def _close_locked(self) -> None:
-        if self._dropped and self.fd < 0:
+        if self.drops.pending and self.fd < 0:
             self._open_next()
-        if self._dropped and self.fd >= 0:
+        if self.drops.pending and self.fd >= 0:
             self._flush_drops()
         for fd in [self.fd, *self._retired]:
             if fd >= 0:
@@ -488,75 +434,16 @@ class SpoolWriter:
                     pass
         self.fd, self._retired = -1, []
         self.limit = -1
-        ledger, self._ledger, self._ledger_tried = self._ledger, None, False
-        if ledger is not None:  # nothing left to report: no need for the aggregator to look
-            ledger.close(remove=self._drop_total == self._drop_written and not self._dropped)
+        self.drops.close()
 
 
-# --- the per-process writer ---------------------------------------------------------------
-
-_writers: dict[Path, SpoolWriter] = {}
 _all_writers: weakref.WeakSet[SpoolWriter] = weakref.WeakSet()
-_registry_lock = threading.RLock()  # setup from a signal handler never waits for itself
-
-
-def get_writer(
-    directory: Path,
-    *,
-    proc: str | None = None,
-    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
-    budget: int | None = None,
-) -> SpoolWriter:
-    """The process's writer for ``directory`` (created on first use; a SpoolPathError
-    says why a directory cannot be used). Settings of a later call replace earlier ones."""
-    key = directory.absolute()
-    with _registry_lock:
-        writer = _writers.get(key)
-        if writer is None:
-            writer = _writers[key] = SpoolWriter(
-                key, proc=proc, max_file_size=max_file_size, budget=budget
-            )
-        else:
-            writer.configure(max_file_size, budget)
-            if proc is not None and proc != writer.proc and writer.fd < 0:
-                writer.proc = proc
-                writer._start()
-        return writer
-
-
-def writer_for_root(
-    root: str | os.PathLike[str],
-    *,
-    proc: str | None = None,
-    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
-    budget: int | None = None,
-) -> SpoolWriter:
-    """The process's writer for this job's directory under the spool ``root``.
-
-    Refuses a root that is a symlink, and a job directory that is a symlink, foreign-owned
-    or not writable: :class:`SpoolPathError` says which and why.
-    """
-    if Path(root).is_symlink():
-        raise SpoolPathError(f"spool directory {root} is a symlink; refusing to use it")
-    directory = job_dir(root, get_identity().job_id)
-    check_dir(directory, create=True)
-    return get_writer(directory, proc=proc, max_file_size=max_file_size, budget=budget)
-
-
-def close_writers() -> None:
-    """Flush pending drop records and close every writer of this process."""
-    with _registry_lock:
-        writers = list(_writers.values())
-    for writer in writers:
-        writer.close()
+"""Every writer of the process (also those made outside ``registry.get_writer``)."""
 
 
 def _after_fork_in_child() -> None:
-    global _registry_lock
-    _registry_lock = threading.RLock()  # setup from a signal handler never waits for itself
-    for writer in list(_all_writers):  # every writer, also those made outside get_writer
-        writer._after_fork_in_child()
+    for writer in list(_all_writers):
+        writer.restart_in_child()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-atexit.register(close_writers)

@@ -55,3 +55,53 @@ def still_there(
             pass
         alive.append((name, size))
     return alive
+
+
+class Files:
+    """The files a writer made that still count against its budget (``made``: name and
+    bytes, oldest first, the newest one live) and the descriptors of older ones it keeps
+    open one rotation longer (another thread may still be inside a ``write`` to them)."""
+
+    def __init__(self) -> None:
+        self.made: list[tuple[str, int]] = []
+        self.index = -1  # index of the newest file (its name's ``<index>``)
+        self.retired: list[int] = []
+
+    @property
+    def live_name(self) -> str:
+        return self.made[-1][0] if self.made else ""
+
+    def total(self) -> int:
+        """Bytes of the files as last counted."""
+        return sum(size for _, size in self.made)
+
+    def count(self, directory: Path, live: bool, live_size: int) -> tuple[int, int]:
+        """How many files are left and their bytes, forgetting those consumed (the live
+        file, when ``live``, counts with ``live_size``)."""
+        self.made = still_there(directory, self.made, self.live_name if live else "", live_size)
+        return len(self.made), self.total()
+
+    def moved_on(self, old: int, old_size: int, fd: int, name: str, size: int) -> None:
+        """The writer moved from descriptor ``old`` (-1: none; ``old_size`` bytes) to the
+        new file ``name`` of ``size`` bytes on ``fd``."""
+        if old >= 0:
+            if self.made:
+                self.made[-1] = (self.made[-1][0], old_size)
+            try:
+                fcntl.flock(old, fcntl.LOCK_UN)  # the old file is complete: writer moved on
+            except OSError:
+                pass
+            self.close_retired()
+            self.retired = [old]
+        self.index += 1
+        self.made.append((name, size))
+
+    def close_retired(self, *also: int) -> None:
+        """Close the retired descriptors (and ``also``, where >= 0)."""
+        for fd in [*also, *self.retired]:
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.retired = []

@@ -13,7 +13,6 @@ Records over the size cap (``NVRX_OTEL_MAX_RECORD_KB``) are cut on the slow path
 
 from __future__ import annotations
 
-import fcntl
 import itertools
 import os
 import sys
@@ -142,14 +141,12 @@ class SpoolWriter:
         self.pid = os.getpid()
         self.counter = itertools.count()
         self.fd = -1
-        self._index = -1
         self.size = 0
         # The append window (see the class docstring): how large the current file may grow
         # on the lock-free path, or -1 while the slow path must run first (no file, drops
         # to report, a torn line to end).
         self.limit = -1
-        self._files: list[tuple[str, int]] = []  # (name, bytes) of files this writer made
-        self._retired: list[int] = []  # fds of older files, closed one rotation later
+        self._files = rotation.Files()
         self._need_newline = False
         self._next_try_ns = 0
         self.drops = DropCount()
@@ -173,12 +170,7 @@ class SpoolWriter:
         self._lock = threading.RLock()
         self._busy = False
         self.drops.forget_in_child()
-        for fd in [self.fd, *self._retired]:
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        self._files.close_retired(self.fd)
         self._start()
 
     # -- the hot path -----------------------------------------------------------------------
@@ -302,7 +294,7 @@ class SpoolWriter:
             self._next_try_ns = now + _REOPEN_NS
             return False
         self._next_try_ns = 0
-        if 2 * sum(size for _, size in self._files) + self.max_file_size > self.budget:
+        if 2 * self._files.total() + self.max_file_size > self.budget:
             self._wake(now)  # past half the budget: the aggregator should not wait
         return self._flush_drops()
 
@@ -313,20 +305,15 @@ class SpoolWriter:
             wake.poke(self.directory)
 
     def _room_in_budget(self) -> bool:
-        live = self._current_name() if self.fd >= 0 else ""
-        alive = self._files = rotation.still_there(self.directory, self._files, live, self.size)
-        used = sum(size for _, size in alive)
+        alive, used = self._files.count(self.directory, self.fd >= 0, self.size)
         # The live file is deleted only once the writer has moved on: when it is all that
         # is left (one record larger than the rest of the budget), rotate regardless, or
         # the writer would wait for space that cannot be freed.
-        only_live = len(alive) == 1 and self.fd >= 0
+        only_live = alive == 1 and self.fd >= 0
         return used + self.max_file_size <= self.budget or only_live
 
-    def _current_name(self) -> str:
-        return self._files[-1][0] if self._files else ""
-
     def _open_next(self) -> bool:
-        index = self._index + 1
+        index = self._files.index + 1
         name = SpoolFileName(self.writer_id, index, self.pid, self._proc_name).name
         header = rec.header_line(
             writer_id=self.writer_id,
@@ -344,23 +331,8 @@ class SpoolWriter:
         except OSError as exc:
             self._report_once(f"cannot create spool file in {self.directory}: {exc}")
             return False
-        old = self.fd
-        if old >= 0:
-            if self._files:
-                self._files[-1] = (self._files[-1][0], self.size)
-            try:
-                fcntl.flock(old, fcntl.LOCK_UN)  # the old file is complete: writer moved on
-            except OSError:
-                pass
-            # Another thread may still be inside os.write(old): close it one rotation later.
-            for stale in self._retired:
-                try:
-                    os.close(stale)
-                except OSError:
-                    pass
-            self._retired = [old]
-        self.fd, self._index, self.size = fd, index, len(header)
-        self._files.append((name, len(header)))
+        self._files.moved_on(self.fd, self.size, fd, name, len(header))
+        self.fd, self.size = fd, len(header)
         self._need_newline = False
         return True
 
@@ -408,7 +380,7 @@ class SpoolWriter:
     @property
     def current_path(self) -> Path | None:
         """The live spool file, if one is open."""
-        return self.directory / self._current_name() if self.fd >= 0 else None
+        return self.directory / self._files.live_name if self.fd >= 0 else None
 
     def close(self) -> None:
         """Write a pending drop record (over budget if need be) and close the files."""
@@ -426,14 +398,8 @@ class SpoolWriter:
             self._open_next()
         if self.drops.pending and self.fd >= 0:
             self._flush_drops()
-        for fd in [self.fd, *self._retired]:
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self.fd, self._retired = -1, []
-        self.limit = -1
+        self._files.close_retired(self.fd)
+        self.fd = self.limit = -1
         self.drops.close()
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.faults.ledger import require, settle
+from tests.faults.ledger import defect, require, settle
 from tests.faults.node import Node, finish
 
 
@@ -26,21 +26,51 @@ def tmpfs(path: Path, size: str) -> Iterator[Path]:
 
 
 def test_spool_file_system_fills_up(tmp_path: Path) -> None:
-    """Four ranks spool about 8 MB into a 2 MB file system while the aggregator drains:
-    writes fail with ENOSPC, the aggregator cannot commit next to the spool and commits
-    next to the node log instead. Every record is in the node log or reported dropped, and
-    the aggregator exits 0 (everything it read was delivered)."""
+    """Four ranks, each spooling already, log about 8 MB more into a 2 MB file system while
+    the aggregator drains: writes fail with ENOSPC, the aggregator cannot commit next to
+    the spool and commits next to the node log instead. Every record is in the node log or
+    reported dropped, and the aggregator exits 0 (everything it read was delivered)."""
     node = Node(tmp_path, NVRX_LOG_MAX_FILE_SIZE_KB="64", NVRX_LOG_MAX_LOG_FILES="64")
     with tmpfs(node.spool, "2m"):
         node.start()
-        ranks = [node.rank(r, f"r{r}", 7_000) for r in range(4)]
+        ranks = [node.rank(r, f"r{r}", 1, mode="pause", arg=7_000) for r in range(4)]
+        for p in ranks:  # each has its spool file and drop ledger before the disk fills
+            assert p.stdout is not None and p.stdout.readline().strip() == "paused"
+        for p in ranks:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
         for p in ranks:
             assert finish(p) == 0
         code, err = node.stop()
     require(code == 0, f"exit status {code}: {err}")
-    row = settle("spool file system fills up (2 MB tmpfs)", 28_000, node.log_path)
+    row = settle("spool file system fills up (2 MB tmpfs)", 4 * 7_001, node.log_path)
     assert row.dropped > 0, err  # the scenario did fill the file system
     assert "committing to" in err, err
+
+
+@defect("a rank that starts on a full spool file system loses every record unreported")
+def test_rank_starts_on_a_full_spool_file_system(tmp_path: Path) -> None:
+    """The spool's file system is full before the rank's first record: it can make neither
+    a spool file nor its drop ledger, and its records are dropped; the node log must still
+    say how many."""
+    node = Node(tmp_path)
+    with tmpfs(node.spool, "1m"):
+        node.start()
+        filler = node.spool / "filler"
+        with filler.open("wb") as fh:
+            try:
+                while True:
+                    fh.write(b"\0" * 65536)
+                    fh.flush()
+            except OSError:
+                pass
+        rank = node.rank(0, "r0", 200)
+        assert finish(rank) == 0
+        filler.unlink()
+        code, err = node.stop()
+    assert code == 0, err
+    settle("rank starts on a full spool file system", 200, node.log_path)
 
 
 def test_record_far_over_the_cap_is_cut_not_lost(tmp_path: Path) -> None:

@@ -37,8 +37,8 @@ from nvrx_otel.semconv import (
 from nvrx_otel.tracing import (
     checkpoint_link,
     checkpoint_span,
+    ckptlinks,
     ft_span,
-    helpers,
     process_start_ns,
     setup_tracing,
     startup_spans,
@@ -195,7 +195,7 @@ def test_only_recent_checkpoints_are_remembered(
 ) -> None:
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")  # spans with ids, nothing written
     setup_tracing(spool_dir=tmp_path)
-    count = helpers._MAX_CHECKPOINTS + 1
+    count = ckptlinks.MAX_CHECKPOINTS + 1
     last = {}
     for idx in range(count):
         for kind in ("schedule", "request"):
@@ -203,8 +203,8 @@ def test_only_recent_checkpoints_are_remembered(
                 last[kind] = span.get_span_context()
     assert checkpoint_link(0) is None  # the oldest half is forgotten
     assert checkpoint_link(count - 1) == traceparent(last["schedule"])
-    assert helpers._requests[count - 1] == last["request"]
-    assert len(helpers._schedules) <= helpers._MAX_CHECKPOINTS
+    assert ckptlinks.requests[count - 1] == last["request"]
+    assert len(ckptlinks.schedules) <= ckptlinks.MAX_CHECKPOINTS
 
 
 def test_helpers_follow_a_provider_switched_off_on_or_replaced(

@@ -4,7 +4,8 @@
 ``inject_env`` work with whatever it set up (and do nothing while tracing is off).
 """
 
-from nvrx_otel.tracing.helpers import SpanHelper, checkpoint_link, checkpoint_span, ft_span
+from nvrx_otel.tracing.ckptlinks import checkpoint_link
+from nvrx_otel.tracing.helpers import SpanHelper, checkpoint_span, ft_span
 from nvrx_otel.tracing.propagation import inject_env
 from nvrx_otel.tracing.provider import NvrxTracerProvider
 from nvrx_otel.tracing.setup import reset_tracing, setup_tracing

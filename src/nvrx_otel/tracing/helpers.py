@@ -22,27 +22,20 @@ about what the API's no-op tracer costs: it only notices that there is no tracer
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping, Sequence
 from enum import Enum
-from itertools import islice, repeat
 from types import TracebackType
 from typing import Any, Final
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import INVALID_SPAN, Link, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import INVALID_SPAN, SpanKind, Status, StatusCode
 
-from nvrx_otel import _tracectx, _version, env, semconv
+from nvrx_otel import _version, env
 from nvrx_otel.semconv import (
     CKPT_CALL_IDX,
     ERROR_TYPE,
     RESTART_CYCLE,
-    SPAN_GROUP_CKPT,
-    SPAN_GROUP_CKPT_PHASES,
-    SPAN_GROUP_FT,
-    SPAN_KINDS,
-    SPANS,
     CkptSaveSpanKind,
     CkptSpanKind,
     FtSpanKind,
@@ -54,7 +47,25 @@ from nvrx_otel.tracing._scope import SPAN_KEY as _KEY
 from nvrx_otel.tracing._scope import Scope, attach, detach
 from nvrx_otel.tracing._scope import put as _put
 from nvrx_otel.tracing.attributes import PLAIN, Owned
-from nvrx_otel.tracing.propagation import LinkLike, to_links, traceparent
+from nvrx_otel.tracing.ckptlinks import (
+    LINKING,
+    MAX_CHECKPOINTS,
+    ByCallIdx,
+    clear_links,
+    forget_oldest,
+    linked,
+    requests,
+    schedules,
+)
+from nvrx_otel.tracing.kinds import (
+    CKPT_ATTRIBUTES,
+    CKPT_KINDS,
+    FT_ATTRIBUTES,
+    FT_KINDS,
+    kind_names,
+    warn_unknown,
+)
+from nvrx_otel.tracing.propagation import LinkLike, to_links
 from nvrx_otel.tracing.provider import NvrxTracer
 from nvrx_otel.tracing.span import LeanSpan, report_once, type_name
 
@@ -108,120 +119,6 @@ def tracer_for(group: str) -> trace.Tracer | None:
         off = isinstance(p, trace.NoOpTracerProvider)
         tracer = c.tracers[group] = None if off else p.get_tracer(group, SCOPE_VERSION)
     return tracer
-
-
-# --- kinds and attribute names, from the semconv tables --------------------------------------
-
-
-def _kinds(*groups: str) -> dict[object, SpanDef]:
-    table: dict[object, SpanDef] = {}
-    for sdef in SPANS.values():
-        if sdef.group in groups:
-            table[sdef.kind] = table[sdef.name] = sdef
-    for group in groups:
-        for member in SPAN_KINDS[group]:
-            table[member] = semconv.span_def(group, member)
-    return table
-
-
-def _short_names(*groups: str) -> dict[str, str]:
-    keys: set[str] = set()
-    for sdef in SPANS.values():
-        if sdef.group in groups:
-            keys.update(sdef.required, sdef.recommended)
-    prefixes = tuple(f"{group}." for group in groups)
-    not_attributes = set(SPANS) | set(SPAN_KINDS)
-    for value in vars(semconv).values():
-        if isinstance(value, str) and value.startswith(prefixes) and value not in not_attributes:
-            keys.add(value)
-    ours = f"{SPAN_GROUP_FT.rsplit('.', 1)[0]}."  # the project's namespace, "nv.nvrx."
-    short: dict[str, str] = {}
-    for key in sorted(keys):
-        name = key.rsplit(".", 1)[1] if key.startswith(ours) else key.replace(".", "_")
-        short.setdefault(name, key)
-    return short
-
-
-_CKPT_GROUPS: Final = (SPAN_GROUP_CKPT, SPAN_GROUP_CKPT_PHASES)
-CKPT_KINDS: Final[Mapping[object, SpanDef]] = _kinds(*_CKPT_GROUPS)
-FT_KINDS: Final[Mapping[object, SpanDef]] = _kinds(SPAN_GROUP_FT)
-CKPT_ATTRIBUTES: Final[Mapping[str, str]] = _short_names(*_CKPT_GROUPS)
-"""Short attribute names ``checkpoint_span`` accepts, and their semconv keys."""
-FT_ATTRIBUTES: Final[Mapping[str, str]] = _short_names(SPAN_GROUP_FT)
-"""Short attribute names ``ft_span`` accepts, and their semconv keys."""
-
-
-def _kind_names(table: Mapping[object, SpanDef]) -> str:
-    return ", ".join(sorted(k for k in table if type(k) is str and "." not in k))
-
-
-def _warn_unknown(helper: str, name: str, known: Mapping[str, str]) -> None:
-    env.warn_once(
-        f"{helper}: unknown attribute {name!r} (short names: {', '.join(sorted(known))}; "
-        f"or pass a full key); recorded under the key {name!r}"
-    )
-
-
-# --- checkpoint links within the process -----------------------------------------------------
-
-_MAX_CHECKPOINTS: Final = 1024
-"""Checkpoints whose schedule (request) spans are remembered; beyond, the older half goes."""
-_SCHEDULE: Final = CkptSpanKind.SCHEDULE.value
-_REQUEST: Final = CkptSpanKind.REQUEST.value
-_FINALIZE: Final = CkptSpanKind.FINALIZE.value
-_ByCallIdx = dict[Any, SpanContext]
-_schedules: Final[_ByCallIdx] = {}
-"""This process's schedule spans by ``call_idx``."""
-_requests: Final[_ByCallIdx] = {}
-"""This process's request spans by ``call_idx`` (nothing links to a finalize span)."""
-_LINKING: Final[Mapping[str, tuple[tuple[_ByCallIdx, ...], _ByCallIdx | None]]] = {
-    _SCHEDULE: ((), _schedules),
-    _REQUEST: ((_schedules,), _requests),
-    _FINALIZE: ((_schedules, _requests), None),
-}
-"""For each checkpoint span that links by ``call_idx``: the earlier spans of the same
-``call_idx`` it links to (in this order), and where it is remembered for the later ones."""
-_current_span = _tracectx.current_span
-
-
-def _linked(call_idx: Any, earlier: Sequence[_ByCallIdx]) -> list[Link] | None:
-    """Links to the spans of ``call_idx`` in ``earlier`` (not to the parent)."""
-    found: list[Link] | None = None
-    parent_id = 0
-    for spans in earlier:
-        ctx = spans.get(call_idx)
-        if ctx is None:
-            continue
-        if found is None:
-            found = []
-            span = _current_span()
-            parent_id = 0 if span is None else span.get_span_context().span_id
-        if ctx.span_id != parent_id:
-            found.append(Link(ctx))
-    return found
-
-
-def _forget_oldest(kept: _ByCallIdx) -> None:
-    """Forget the older half of ``kept`` (now and then: it bounds the memory)."""
-    try:
-        old = list(islice(kept, _MAX_CHECKPOINTS // 2))
-    except RuntimeError:  # changed by another thread meanwhile: next time
-        return
-    deque(map(kept.pop, old, repeat(None)), 0)  # kept.pop(key, None) for each, in C
-
-
-def checkpoint_link(call_idx: int) -> str | None:
-    """The ``traceparent`` of this process's schedule span for ``call_idx`` (else its
-    request span), to pass to the process that serves the checkpoint: its
-    ``checkpoint_span(..., link=...)`` links back. None when there is no such span."""
-    ctx = _schedules.get(call_idx) or _requests.get(call_idx)
-    return None if ctx is None else traceparent(ctx)
-
-
-def clear_links() -> None:
-    """Forget every checkpoint span of this process (tests)."""
-    _schedules.clear()
-    _requests.clear()
 
 
 # --- the helper -------------------------------------------------------------------------------
@@ -328,7 +225,7 @@ class SpanHelper(Scope):
             if full is None:
                 full = key
                 if "." not in key:
-                    _warn_unknown(spec.name, key, short)
+                    warn_unknown(spec.name, key, short)
             mapped[full] = value
             if type(value) not in PLAIN or not full:
                 plain = False
@@ -354,14 +251,14 @@ class SpanHelper(Scope):
         try:
             links = None if self._link is None else to_links(self._link)
             value = self._value
-            kept: _ByCallIdx | None = None  # where to remember this span
+            kept: ByCallIdx | None = None  # where to remember this span
             if self._spec.links and value is not None:
-                linking = _LINKING.get(sdef.kind)  # None: a span that does not link
+                linking = LINKING.get(sdef.kind)  # None: a span that does not link
                 if linking is not None:
                     earlier, kept = linking
                     for spans in earlier:
                         if value in spans:  # an earlier span of this checkpoint: link to them
-                            more = _linked(value, earlier)
+                            more = linked(value, earlier)
                             if more:
                                 links = more if links is None else links + more
                             break
@@ -405,12 +302,12 @@ class SpanHelper(Scope):
                 self._token = var.set(ctx)
             self._span = span
             if kept is not None:  # remember it for the later spans of this checkpoint
-                if kept is _schedules:  # a new checkpoint under this index: forget the old one
-                    _schedules.pop(value, None)
-                    _requests.pop(value, None)
+                if kept is schedules:  # a new checkpoint under this index: forget the old one
+                    schedules.pop(value, None)
+                    requests.pop(value, None)
                 kept[value] = span._ctx if type(span) is LeanSpan else span.get_span_context()
-                if len(kept) > _MAX_CHECKPOINTS:
-                    _forget_oldest(kept)
+                if len(kept) > MAX_CHECKPOINTS:
+                    forget_oldest(kept)
             return span
         except Exception as exc:  # telemetry never raises into training
             report_once(f"{self._spec.name}: cannot start span", exc)
@@ -468,7 +365,7 @@ def checkpoint_span(
     if sdef is None:
         env.warn_once(
             f"checkpoint_span: unknown kind {_kind_value(kind)!r}; no span is recorded "
-            f"(kinds: {_kind_names(CKPT_KINDS)})"
+            f"(kinds: {kind_names(CKPT_KINDS)})"
         )
     # SpanHelper(sdef, CKPT_SPEC, call_idx, attributes, link) without running __init__ as
     # a frame of its own: this is every checkpoint span's path, traced or not
@@ -496,7 +393,7 @@ def ft_span(
     if sdef is None:
         env.warn_once(
             f"ft_span: unknown kind {_kind_value(kind)!r}; no span is recorded "
-            f"(kinds: {_kind_names(FT_KINDS)})"
+            f"(kinds: {kind_names(FT_KINDS)})"
         )
     return SpanHelper(sdef, FT_SPEC, cycle, attributes, link)
 

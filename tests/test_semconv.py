@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import nvrx_otel.semconv as s
-from nvrx_otel import _generate
+from nvrx_otel import _generate, _semconv_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -122,5 +122,5 @@ def test_drift_is_detected_after_a_hand_edit(tmp_path: Path) -> None:
 )
 def test_registry_errors_name_the_problem(tmp_path: Path, yaml_text: str, message: str) -> None:
     (tmp_path / "bad.yaml").write_text(yaml_text)
-    with pytest.raises(_generate.RegistryError, match=message):
-        _generate.load_registry(tmp_path)
+    with pytest.raises(_semconv_model.RegistryError, match=message):
+        _semconv_model.load_registry(tmp_path)

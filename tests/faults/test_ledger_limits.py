@@ -4,12 +4,14 @@ the size cap, and messages with the Unicode line and paragraph separators."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.conftest import spawn
 from tests.faults.ledger import defect, require, settle
-from tests.faults.node import Node, finish
+from tests.faults.node import ROOT, Node, finish
 
 
 @contextmanager
@@ -102,3 +104,47 @@ def test_line_and_paragraph_separators_stay_inside_their_record(tmp_path: Path) 
     text = node.log_path.read_text(encoding="utf-8")
     assert "\u2028" not in text and "\u2029" not in text
     assert len(text.splitlines()) == len(text.split("\n")) - 1 == 600
+
+
+TORN_DROP_RECORD_RANK = """
+import os, resource, signal, sys
+from nvrx_otel.logging import setup_logger
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit is short or EFBIG
+log = setup_logger(node_local_tmp_dir=os.environ["NVRX_NODE_LOCAL_TMPDIR"])
+unlimited = resource.getrlimit(resource.RLIMIT_FSIZE)
+for i in range(10):
+    log.info("r0-%d before the limit", i)
+live = max((e for e in os.scandir(sys.argv[1]) if not e.name.startswith(".")),
+           key=lambda e: e.stat().st_mtime_ns)
+size = os.stat(live.path).st_size
+resource.setrlimit(resource.RLIMIT_FSIZE, (size, unlimited[1]))
+for i in range(10, 30):  # every write fails: dropped, counted
+    log.info("r0-%d at the limit", i)
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 20, unlimited[1]))
+for i in range(30, 40):  # the drop record's write is cut after 20 bytes: still dropped
+    log.info("r0-%d twenty bytes past the limit", i)
+resource.setrlimit(resource.RLIMIT_FSIZE, unlimited)
+for i in range(40, 60):
+    log.info("r0-%d after the limit", i)
+"""
+
+
+def test_drop_record_cut_by_a_short_write_keeps_its_drops(tmp_path: Path) -> None:
+    """A write of the writer's drop record is cut short (the file system fills up while it
+    is written; here a file size limit cuts it after 20 bytes): the drops it held stay
+    pending and reach the node log in the next drop record, and the torn piece leaves no
+    corrupt line behind (a piece counted as one corrupt record while its drops were lost
+    was how a filling disk lost records unreported)."""
+    node = Node(tmp_path)
+    node.start()
+    argv = [sys.executable, "-c", TORN_DROP_RECORD_RANK, str(node.job_dir)]
+    env = dict(node.env, RANK="0")
+    rank = spawn(argv, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    _, err = rank.communicate(timeout=60)
+    assert rank.returncode == 0, err
+    code, agg_err = node.stop()
+    assert code == 0, agg_err
+    row = settle("drop record cut by a short write", 60, node.log_path)
+    require(row.dropped == 30 and row.corrupt == 0,
+            f"dropped {row.dropped} (30 expected), corrupt {row.corrupt}")  # fmt: skip

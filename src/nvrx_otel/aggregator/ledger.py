@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nvrx_otel import record as rec
 from nvrx_otel.aggregator.health import Health, say
 from nvrx_otel.aggregator.nodelog import NodeLogFile
 from nvrx_otel.aggregator.output import Output
@@ -185,7 +186,17 @@ def _holds_key(files: list[SpoolFile], key: str) -> bool:
         tail = os.pread(f.fd, min(size, _TAIL), max(0, size - _TAIL))
     except OSError:
         return True
-    return f'"key":"{key}"'.encode() in tail
+    at = tail.rfind(f'"key":"{key}"'.encode())
+    if at < 0:
+        return False
+    end = tail.find(b"\n", at)
+    if end < 0:
+        return False  # torn: a piece the reader counts as one corrupt line, not the drops
+    line = tail[tail.rfind(b"\n", 0, at) + 1 : end]
+    try:
+        return rec.decode(line).get("key") == key
+    except ValueError:
+        return False
 
 
 def _unlink(path: Path) -> None:

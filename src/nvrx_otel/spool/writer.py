@@ -361,14 +361,28 @@ class SpoolWriter:
             line = b"\n" + line
         drops.writing(count, seq)
         try:
-            os.write(self.fd, line)
+            n = os.write(self.fd, line)
         except OSError:
+            n = -1
+        if n < len(line):  # failed, or short (a full file system): the drops stay pending
+            if n > 0:
+                self._cut_back()
             drops.wrote(count, ok=False)
             return False
         drops.wrote(count, ok=True)
         self._need_newline = False
         self.size += len(line)
         return True
+
+    def _cut_back(self) -> None:
+        """Remove a torn drop record from the end of the live file: its count is still
+        pending and goes into the next one, so the piece must not stay as a corrupt line.
+        (The reader never reads past a line's end; a piece without one it has not read.)"""
+        try:
+            os.ftruncate(self.fd, self.size)
+        except OSError:
+            self._need_newline = True  # the piece stays alone on its line: one corrupt line
+            self.limit = -1
 
     def _report_once(self, message: str) -> None:
         if message not in self._errors_reported:

@@ -1,6 +1,6 @@
 """Ledger scenarios from outside the suite's own habits: log calls whose values cannot be
 printed, the node log deleted under a running aggregator, an OTLP endpoint that refuses
-some batches for good."""
+some batches for good or rejects part of a request (OTLP partial success)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+
 from tests.aggregator.spoolkit import FakeWriter, wait_for
 from tests.conftest import spawn
-from tests.faults.ledger import count_node_log, count_otlp, defect, settle
+from tests.faults.ledger import MESSAGE, count_node_log, count_otlp, defect, settle
 from tests.faults.node import ROOT, Node
 from tests.otlp_receiver import OtlpReceiver
 
@@ -101,3 +107,49 @@ def test_otlp_batch_refused_for_good_is_reported_at_the_receiver(tmp_path: Path)
     assert code == 0, err
     assert "100 dropped" in err  # stderr does count them
     settle("OTLP batch refused for good (HTTP 400)", 200, node.log_path, logs)
+
+
+class PartialReceiver(OtlpReceiver):
+    """A receiver that keeps the even-numbered records of each logs request and rejects the
+    others with an OTLP partial success (``rejected_log_records``), as a backend does with
+    records it cannot take; the spec forbids retrying them."""
+
+    def _take(self, path: str, body: bytes) -> bytes:
+        if not path.endswith("/v1/logs"):
+            return super()._take(path, body)
+        req = ExportLogsServiceRequest.FromString(body)
+        rejected = 0
+        for rl in req.resource_logs:
+            for sl in rl.scope_logs:
+                keep = [lr for lr in sl.log_records if not _odd(lr.body.string_value)]
+                rejected += len(sl.log_records) - len(keep)
+                del sl.log_records[:]
+                sl.log_records.extend(keep)
+        super()._take(path, req.SerializeToString())
+        partial = ExportLogsPartialSuccess(rejected_log_records=rejected, error_message="no")
+        return ExportLogsServiceResponse(partial_success=partial).SerializeToString()
+
+
+def _odd(body: str) -> bool:
+    m = MESSAGE.match(body)
+    return m is not None and int(m["i"]) % 2 == 1
+
+
+@defect("records an OTLP partial success rejects are counted exported, unreported")
+def test_otlp_partial_success_rejections_are_reported(tmp_path: Path) -> None:
+    """The receiver answers 200 with ``partial_success.rejected_log_records`` = 50 for a
+    request of 100 records: the 50 rejected must be reported lost (at the receiver, as
+    other OTLP losses are), not counted as exported."""
+    node = Node(tmp_path)
+    w = FakeWriter(node.job_dir, pid=20_001, writer="00000000000000f1", proc="rank0")
+    for i in range(100):
+        w.log(f"r0-{i}")
+    w.close()
+    with PartialReceiver() as receiver:
+        node.start("--otlp-endpoint", receiver.endpoint, "--drain-timeout", "5")
+        receiver.wait_for(lambda r: count_otlp(r.logs).unique >= 50, timeout=60)
+        code, err = node.stop()
+        with receiver.lock:
+            logs = list(receiver.logs)
+    assert code == 0, err
+    settle("OTLP partial success rejects half", 100, node.log_path, logs, note=err[-200:])

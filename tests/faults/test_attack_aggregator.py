@@ -1,10 +1,12 @@
 """Aggregator scenarios from outside the suite's own habits: a spool entry it cannot open,
-an OTLP receiver that never answers."""
+an OTLP receiver that never answers, a stderr whose reader is gone."""
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +16,8 @@ import pytest
 
 from nvrx_otel.spool.paths import SpoolFileName
 from tests.aggregator.spoolkit import FakeWriter, wait_for
-from tests.faults.ledger import settle
+from tests.conftest import spawn
+from tests.faults.ledger import defect, settle
 from tests.faults.node import Node
 
 
@@ -88,3 +91,28 @@ def test_drain_timeout_holds_with_a_silent_receiver(tmp_path: Path) -> None:
     settle("silent OTLP receiver", 100, node.log_path)
     assert code == 0, err
     assert took < 4.0, f"exit {took:.1f} s after the wait file with --drain-timeout 1: {err}"
+
+
+@defect(
+    "an aggregator whose stderr is a broken pipe exits 1 at start: nothing reaches the node log"
+)
+def test_aggregator_with_a_broken_stderr_pipe(tmp_path: Path) -> None:
+    """The aggregator's stderr is a pipe nobody reads any more (a launcher's ``| tee`` or log
+    collector gone): stderr is only for people, so the node log must still get every record."""
+    node = Node(tmp_path)
+    w = FakeWriter(node.job_dir, pid=20_001, writer="00000000000000a1", proc="rank0")
+    for i in range(100):
+        w.log(f"r0-{i}")
+    w.close()
+    r, broken = os.pipe()
+    os.close(r)  # every write to the pipe fails with EPIPE
+    argv = [sys.executable, "-m", "nvrx_otel.logging.aggregator", "--log-dir",
+            str(tmp_path / "logs"), "--wait-file", str(node.wait_file), "--nice", "0",
+            "--check-interval", "0.05", "--drain-timeout", "2"]  # fmt: skip
+    agg = spawn(argv, env=node.env, stdout=subprocess.DEVNULL, stderr=broken)
+    os.close(broken)
+    wait_for(lambda: node.log_path.exists() or agg.poll() is not None, timeout=60, what="start")
+    node.wait_file.touch()
+    code = agg.wait(timeout=60)
+    settle("aggregator stderr a broken pipe", 100, node.log_path, note=f"exit {code}")
+    assert code == 0

@@ -41,9 +41,6 @@ print("done", flush=True)
 """
 
 
-@defect(
-    "a record with an extra (stdlib) or bound (loguru) value whose repr raises: lost, uncounted"
-)
 def test_record_with_a_value_whose_repr_raises(tmp_path: Path) -> None:
     """A rank logs 10 plain records, then one with a stdlib ``extra`` value and one with a
     loguru ``bind`` value whose ``__repr__`` raises: the call must not raise, and each record

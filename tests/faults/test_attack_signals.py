@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import spawn
-from tests.faults.ledger import count_node_log, defect, require
+from tests.faults.ledger import count_node_log, require
 from tests.faults.node import ROOT, Node
 
 ALARM_RANK = """
@@ -37,7 +37,7 @@ def on_alarm(signum, frame):
 signal.signal(signal.SIGALRM, on_alarm)
 signal.setitimer(signal.ITIMER_REAL, 0.0001, 0.0001)
 i = 0
-deadline = time.monotonic() + 15
+deadline = time.monotonic() + 90  # generous: a loaded machine
 while not hit and time.monotonic() < deadline:
     try:
         log.info("rs-%d before the alarm", i)
@@ -63,21 +63,22 @@ class Timeout(Exception):
 hit = []
 armed = True
 
-def creating() -> bool:
+def creating() -> bool:  # the rank's own files only, not the aggregator's state.json.tmp
     try:
-        return any(e.name.endswith(".tmp") for e in os.scandir(job_dir))
+        return any(e.name.startswith(".rank0.") and e.name.endswith(".tmp")
+                   for e in os.scandir(job_dir))
     except OSError:
         return False
 
 def on_alarm(signum, frame):
-    if armed and creating():  # the writer is making a file (spool file or drop ledger)
+    if armed and creating():  # the writer is making a file (spool file, drop ledger, tally)
         hit.append(1)
         raise Timeout()
 
 signal.signal(signal.SIGALRM, on_alarm)
 signal.setitimer(signal.ITIMER_REAL, 0.0001, 0.0001)
 i = returned = 0
-deadline = time.monotonic() + 15
+deadline = time.monotonic() + 90  # generous: a loaded machine
 while i < 200 or not hit and time.monotonic() < deadline:
     try:
         log.info("rs-%d before the alarm", i)
@@ -93,7 +94,6 @@ print("hit" if hit else "missed", returned, flush=True)
 """
 
 
-@defect("after a signal handler raised inside spool file creation, every later record is lost")
 def test_writer_recovers_after_an_alarm_during_file_creation(tmp_path: Path) -> None:
     """An alarm handler raises while the writer creates its next spool file (4 KiB files,
     so files are created often). Once the alarm is off, the rank's next 100 records must
@@ -103,7 +103,7 @@ def test_writer_recovers_after_an_alarm_during_file_creation(tmp_path: Path) -> 
     rank = spawn([sys.executable, "-c", ALARM_RANK, str(node.job_dir)],
                  env=dict(node.env, RANK="0"), cwd=ROOT, stdout=subprocess.PIPE,
                  stderr=subprocess.PIPE, text=True)  # fmt: skip
-    out, err = rank.communicate(timeout=60)
+    out, err = rank.communicate(timeout=180)
     assert rank.returncode == 0 and out.strip() == "hit", (out, err)
     code, agg_err = node.stop()
     assert code == 0, agg_err
@@ -113,7 +113,6 @@ def test_writer_recovers_after_an_alarm_during_file_creation(tmp_path: Path) -> 
             f" dropped); the rank said: {err.strip()[-300:]}")  # fmt: skip
 
 
-@defect("alarms raising while the writer makes its files: all later records lost, none reported")
 def test_alarm_storm_during_file_creation_loses_nothing_silently(tmp_path: Path) -> None:
     """An alarm handler raises whenever the writer is making a file (its spool file or its
     drop ledger) during the first 200 log calls. Every call that returned normally, and the
@@ -123,12 +122,13 @@ def test_alarm_storm_during_file_creation_loses_nothing_silently(tmp_path: Path)
     rank = spawn([sys.executable, "-c", ALARM_STORM_RANK, str(node.job_dir)],
                  env=dict(node.env, RANK="0"), cwd=ROOT, stdout=subprocess.PIPE,
                  stderr=subprocess.PIPE, text=True)  # fmt: skip
-    out, err = rank.communicate(timeout=60)
+    out, err = rank.communicate(timeout=180)
     assert rank.returncode == 0 and out.split()[0] == "hit", (out, err)
     emitted = int(out.split()[1]) + 100  # calls that returned normally
     code, agg_err = node.stop()
     assert code == 0, agg_err
     nl = count_node_log(node.log_path)
     accounted = nl.unique + nl.dropped + nl.corrupt
+    said = err.strip()[-300:]
     require(accounted >= emitted, f"{emitted} log calls returned, node log {nl.unique} + dropped"
-            f" {nl.dropped} + corrupt {nl.corrupt}; the rank said: {err.strip()[-300:]}")  # fmt: skip
+            f" {nl.dropped} + corrupt {nl.corrupt}; the rank said: {said}")  # fmt: skip

@@ -3,19 +3,26 @@
 Records a writer drops (over budget, a failed write) are counted here until a ``drop``
 record reports them (``record.drop_line``). Every count is also stored in the writer's
 drop ledger (``sidecar.py``, shared memory), so it outlives ``os._exit`` and ``kill -9``:
-the aggregator reads what no drop record reported.
+the aggregator reads what no drop record reported. While the ledger cannot be made (a
+full file system) the count not yet in a drop record is kept in the name of an empty file
+instead (``tally.py``), and making the ledger is tried again at most every second.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from nvrx_otel.semconv import DropReasonValues
+from nvrx_otel.spool.attempt import Attempt
 from nvrx_otel.spool.sidecar import DropLedger
+from nvrx_otel.spool.tally import Tally
 
 _WRITE_ERROR = DropReasonValues.WRITE_ERROR.value
+
+
+_LEDGER_RETRY_NS: Final = 1_000_000_000
 
 
 class DropCount:
@@ -31,7 +38,16 @@ class DropCount:
         self.total = 0
         self.written = 0
         self.ledger: DropLedger | None = None
-        self.ledger_tried = False
+        self.next_ledger_ns = 0  # when to try making the ledger (again)
+        self.tally: Tally | None = None  # the count in a file name, while there is no ledger
+        self._making = Attempt()
+
+    @property
+    def durable(self) -> bool:
+        """Whether the count not in drop records is on disk (ledger or tally)."""
+        if self.ledger is not None:
+            return True
+        return self.total == self.written or (self.tally is not None and self.tally.held())
 
     def open_ledger(
         self,
@@ -41,20 +57,27 @@ class DropCount:
         writer_id: str,
         identity: dict[str, Any],
         report: Callable[[str], None],
+        now: int,
     ) -> None:
-        """Make the ledger (once; without one, drops still go into drop records, only a
-        process that ends abruptly then loses its pending count)."""
-        self.ledger_tried = True
+        """Make the ledger (while there is none, at most every second; without one, drops
+        go into drop records and the tally)."""
+        if self.tally is None:
+            self.tally = Tally(directory, proc, pid, writer_id, identity.get("rank"))
         try:
-            ledger = DropLedger.create(directory, proc, pid, writer_id, identity)
+            ledger = DropLedger.create(directory, proc, pid, writer_id, identity, self._making)
         except OSError as exc:
+            self.next_ledger_ns = now + _LEDGER_RETRY_NS
             report(f"cannot create the drop ledger in {directory}: {exc}")
+            if self.total > self.written:
+                self.tally.store(self.total - self.written, self.reason or _WRITE_ERROR)
             return
         if self.total:
             ledger.written(self.written)
             ledger.reason(self.reason or _WRITE_ERROR)
             ledger.dropped(self.total, self.first, self.last)
         self.ledger = ledger
+        self._making.tmp = ""
+        self.tally.remove()  # the ledger holds the count now
 
     def count(self, ts: int, reason: str) -> None:
         """One more record dropped at ``ts``."""
@@ -69,6 +92,8 @@ class DropCount:
         self.last = ts
         if ledger is not None:  # stores into shared memory: kept however the process ends
             ledger.dropped(self.total, self.first, ts)
+        elif self.tally is not None:  # no ledger (a full disk): a rename per drop
+            self.tally.store(self.total - self.written, self.reason)
 
     def take(self) -> int:
         """The pending count, taken for a drop record (taken first: a signal handler may
@@ -89,14 +114,27 @@ class DropCount:
             self.pending += count  # the next attempt reports all of them
         if self.ledger is not None:
             self.ledger.written(self.written)
+        elif self.tally is not None and ok:
+            self.tally.store(self.total - self.written, self.reason)
 
     def forget_in_child(self) -> None:
-        """In a forked child: the ledger is the parent's."""
+        """In a forked child: the ledger and the tally are the parent's."""
         if self.ledger is not None:
             self.ledger.forget_in_child()
+        if self.tally is not None:
+            self.tally.forget_in_child()
 
     def close(self) -> None:
-        """Close the ledger; removed when drop records hold every drop."""
-        ledger, self.ledger, self.ledger_tried = self.ledger, None, False
+        """Close the ledger; removed when drop records hold every drop. A tally stays (for
+        the aggregator to report) unless drop records hold every drop."""
+        ledger, self.ledger, self.next_ledger_ns = self.ledger, None, 0
+        done = self.total == self.written and not self.pending
         if ledger is not None:  # nothing left to report: no need for the aggregator to look
-            ledger.close(remove=self.total == self.written and not self.pending)
+            ledger.close(remove=done)
+        tally, self.tally = self.tally, None
+        if tally is not None:
+            if done:
+                tally.remove()
+            else:
+                tally.forget_in_child()  # closed: unlocked, the aggregator reports it
+        self._making.clear()

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.faults.ledger import defect, require, settle
+from tests.faults.ledger import require, settle
 from tests.faults.node import Node, finish
 
 
@@ -49,7 +49,6 @@ def test_spool_file_system_fills_up(tmp_path: Path) -> None:
     assert "committing to" in err, err
 
 
-@defect("a rank that starts on a full spool file system loses every record unreported")
 def test_rank_starts_on_a_full_spool_file_system(tmp_path: Path) -> None:
     """The spool's file system is full before the rank's first record: it can make neither
     a spool file nor its drop ledger, and its records are dropped; the node log must still

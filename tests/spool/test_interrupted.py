@@ -13,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import orjson
 import pytest
 
 from nvrx_otel.spool import sidecar
@@ -105,3 +106,47 @@ def test_an_interrupted_ledger_that_got_its_name_is_taken_over(
     with ledgers[0].open("rb") as fh, pytest.raises(BlockingIOError):
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # its writer holds it
     w.close()
+
+
+def test_a_drop_record_torn_by_a_full_disk_is_not_counted_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills while a drop record is written: the write is short, then fails. The
+    torn piece is one corrupt record, so it accounts for one drop; the others stay pending
+    and are reported by the next drop record (not counted as written, which lost them)."""
+    w = SpoolWriter(tmp_path, max_file_size=4096, budget=4096)
+    for i in range(100):  # over the budget: drops pending
+        w.emit(_log(f"r{i} " + "y" * 60))
+    assert w.drops.pending
+    real = os.write
+    writes = 0
+
+    def full_disk(fd: int, data: bytes) -> int:
+        nonlocal writes
+        writes += 1
+        if writes == 1:
+            return real(fd, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full_disk)
+    w.close()  # writes the pending drop record: torn
+    monkeypatch.undo()
+    ledgers = [p for p in tmp_path.iterdir() if sidecar.NAME.match(p.name)]
+    assert len(ledgers) == 1
+    view = sidecar.read_view(ledgers[0].read_bytes())
+    assert view is not None
+    raw = [x for p in sorted(tmp_path.glob("*.jsonl")) for x in p.read_bytes().splitlines()]
+    corrupt = 0
+    kept = dropped = 0
+    for x in raw:
+        try:
+            r = orjson.loads(x)
+        except orjson.JSONDecodeError:
+            corrupt += 1
+            continue
+        kept += r["k"] == "log"
+        dropped += r["count"] if r["k"] == "drop" else 0
+    assert corrupt == 1
+    unreported = view.dropped - view.written
+    assert kept + dropped + corrupt + unreported == 100
+    assert unreported == view.dropped - 1 > 0

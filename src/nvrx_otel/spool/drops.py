@@ -106,15 +106,20 @@ class DropCount:
         if self.ledger is not None:  # killed during the write: the aggregator looks for it
             self.ledger.writing(count, seq)
 
-    def wrote(self, count: int, ok: bool) -> None:
-        """The drop record of ``count`` was written (``ok``) or not (still pending)."""
+    def wrote(self, count: int, ok: bool, torn: bool = False) -> None:
+        """The drop record of ``count`` was written (``ok``), or not (still pending), or
+        only in part (``torn``: the reader reports its piece as one corrupt record, which
+        accounts for one of them; the rest are pending)."""
         if ok:
             self.written += count
+        elif torn:
+            self.written += 1
+            self.pending += count - 1
         else:
             self.pending += count  # the next attempt reports all of them
         if self.ledger is not None:
             self.ledger.written(self.written)
-        elif self.tally is not None and ok:
+        elif self.tally is not None and (ok or torn):
             self.tally.store(self.total - self.written, self.reason)
 
     def forget_in_child(self) -> None:

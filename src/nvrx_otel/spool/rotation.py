@@ -8,6 +8,7 @@ a writer's files take is found by looking which of them still exist.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -31,7 +32,8 @@ def create(directory: Path, name: str, header: bytes, attempt: Attempt) -> int:
     attempt.start(tmp, os.path.join(directory, name))
     try:
         fd = attempt.fd = os.open(tmp, _OPEN_FLAGS, 0o600)
-        os.write(fd, header)
+        if os.write(fd, header) != len(header):  # a full disk: never a torn header
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         fcntl.flock(fd, fcntl.LOCK_SH)
         os.rename(tmp, attempt.final)
     except BaseException as exc:  # a signal handler's too: no half-made file outlives the call

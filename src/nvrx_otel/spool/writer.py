@@ -382,7 +382,8 @@ class SpoolWriter:
         if not drops.pending:
             return True
         count = drops.take()
-        written = False
+        line = b""
+        lead = done = 0  # the line's leading newline (0 or 1), the bytes of it written
         try:
             seq = next(self.counter)
             line = rec.drop_line(
@@ -396,17 +397,21 @@ class SpoolWriter:
                 identity=self.identity_fields,
             )
             if self._need_newline:
-                line = b"\n" + line
+                line, lead = b"\n" + line, 1
             drops.writing(count, seq)
             try:
-                os.write(self.fd, line)
+                while done < len(line):  # a full disk writes short: complete it or fail
+                    done += os.write(self.fd, line[done:])
             except OSError:
+                if done:
+                    self.size += done
+                    self._need_newline = done > lead  # a torn piece stays alone on its line
                 return False
-            written = True
         finally:  # not written (or an exception came between): the count is pending again
-            drops.wrote(count, ok=written)
+            full = done == len(line) > 0
+            drops.wrote(count, ok=full, torn=not full and done > lead)
         self._need_newline = False
-        self.size += len(line)
+        self.size += done
         return True
 
     def _report_once(self, message: str, outcome: str = "") -> None:

@@ -150,3 +150,30 @@ def test_a_drop_record_torn_by_a_full_disk_is_not_counted_written(
     unreported = view.dropped - view.written
     assert kept + dropped + corrupt + unreported == 100
     assert unreported == view.dropped - 1 > 0
+
+
+def test_a_keyboard_interrupt_mid_rotation_reaches_the_caller_and_is_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while a spool file is renamed into place: the KeyboardInterrupt is not
+    swallowed (training stops as asked), the record of that call is counted as dropped,
+    and the writer goes on working."""
+    w = SpoolWriter(tmp_path, max_file_size=4096)
+    real = os.rename
+
+    def interrupted(src: Any, dst: Any) -> None:
+        real(src, dst)
+        if str(dst).endswith(".jsonl"):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "rename", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        w.emit(_log("interrupted"))
+    monkeypatch.undo()
+    for i in range(20):
+        w.emit(_log(f"after {i}"))
+    w.close()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    lines = read_spool(tmp_path)
+    assert [r["msg"] for r in lines if r["k"] == "log"] == [f"after {i}" for i in range(20)]
+    assert sum(r["count"] for r in lines if r["k"] == "drop") == 1

@@ -10,10 +10,13 @@ instead (``tally.py``), and making the ledger is tried again at most every secon
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from nvrx_otel.record import drop_line
 from nvrx_otel.semconv import DropReasonValues
 from nvrx_otel.spool.attempt import Attempt
 from nvrx_otel.spool.sidecar import DropLedger
@@ -95,18 +98,44 @@ class DropCount:
         elif self.tally is not None:  # no ledger (a full disk): a rename per drop
             self.tally.store(self.total - self.written, self.reason)
 
-    def take(self) -> int:
-        """The pending count, taken for a drop record (taken first: a signal handler may
-        count another drop while that record is being made)."""
+    def write_record(
+        self, fd: int, seq: int, writer_id: str, identity: dict[str, Any], *, newline: bool
+    ) -> tuple[int, int]:
+        """Write the drop record of the pending count (key seq ``seq``; after a ``\\n``
+        with ``newline``) to ``fd``: ``(bytes written, bytes of the line)``.
+
+        The count is taken first (a signal handler may count another drop meanwhile) and
+        given back whatever line fails: all of it when nothing was written, all but one
+        when the record is torn (a full disk: the reader reports its piece as one corrupt
+        record). A short write is completed or it is torn."""
         count, self.pending = self.pending, 0
-        return count
+        line = b""
+        lead = done = 0  # the line's leading newline (0 or 1), the bytes of it written
+        try:
+            line = drop_line(
+                writer_id=writer_id,
+                seq=seq,
+                ts=time.time_ns(),
+                count=count,
+                first_ts=self.first,
+                last_ts=self.last,
+                reason=self.reason,
+                identity=identity,
+            )
+            if newline:
+                line, lead = b"\n" + line, 1
+            if self.ledger is not None:  # killed during the write: the aggregator looks
+                self.ledger.writing(count, seq)
+            while done < len(line):
+                done += os.write(fd, line[done:])
+        except OSError:
+            pass
+        finally:
+            whole = done == len(line) > 0
+            self._wrote(count, ok=whole, torn=not whole and done > lead)
+        return done, len(line)
 
-    def writing(self, count: int, seq: int) -> None:
-        """The drop record of ``count`` with key ``seq`` is about to be written."""
-        if self.ledger is not None:  # killed during the write: the aggregator looks for it
-            self.ledger.writing(count, seq)
-
-    def wrote(self, count: int, ok: bool, torn: bool = False) -> None:
+    def _wrote(self, count: int, ok: bool, torn: bool = False) -> None:
         """The drop record of ``count`` was written (``ok``), or not (still pending), or
         only in part (``torn``: the reader reports its piece as one corrupt record, which
         accounts for one of them; the rest are pending)."""

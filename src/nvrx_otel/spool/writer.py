@@ -378,41 +378,19 @@ class SpoolWriter:
 
     def _flush_drops(self) -> bool:
         """Write the pending drop record (caller holds the lock and has room)."""
-        drops = self.drops
-        if not drops.pending:
+        if not self.drops.pending:
             return True
-        count = drops.take()
-        line = b""
-        lead = done = 0  # the line's leading newline (0 or 1), the bytes of it written
-        try:
-            seq = next(self.counter)
-            line = rec.drop_line(
-                writer_id=self.writer_id,
-                seq=seq,
-                ts=time.time_ns(),
-                count=count,
-                first_ts=drops.first,
-                last_ts=drops.last,
-                reason=drops.reason,
-                identity=self.identity_fields,
-            )
-            if self._need_newline:
-                line, lead = b"\n" + line, 1
-            drops.writing(count, seq)
-            try:
-                while done < len(line):  # a full disk writes short: complete it or fail
-                    done += os.write(self.fd, line[done:])
-            except OSError:
-                if done:
-                    self.size += done
-                    self._need_newline = done > lead  # a torn piece stays alone on its line
-                return False
-        finally:  # not written (or an exception came between): the count is pending again
-            full = done == len(line) > 0
-            drops.wrote(count, ok=full, torn=not full and done > lead)
-        self._need_newline = False
+        newline = self._need_newline
+        done, whole = self.drops.write_record(
+            self.fd, next(self.counter), self.writer_id, self.identity_fields, newline=newline
+        )
         self.size += done
-        return True
+        if done == whole:
+            self._need_newline = False
+            return True
+        if done:
+            self._need_newline = done > newline  # a torn piece stays alone on its line
+        return False
 
     def _report_once(self, message: str, outcome: str = "") -> None:
         """Say ``message`` on stderr, once, with what becomes of the records."""

@@ -46,11 +46,12 @@ class DropCount:
         self._making = Attempt()
 
     @property
-    def durable(self) -> bool:
-        """Whether the count not in drop records is on disk (ledger or tally)."""
-        if self.ledger is not None:
-            return True
-        return self.total == self.written or (self.tally is not None and self.tally.held())
+    def unrecorded(self) -> bool:
+        """Whether drops no drop record holds are on no disk either: the ledger could not
+        be made, nor the tally named after them."""
+        if self.ledger is not None or self.tally is None or self.total == self.written:
+            return False
+        return not self.tally.held()
 
     def open_ledger(
         self,

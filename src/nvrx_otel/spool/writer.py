@@ -370,7 +370,7 @@ class SpoolWriter:
         self.limit = -1  # the next record takes the slow path and reports the drop first
         drops = self.drops
         drops.count(ts, reason)
-        if drops.ledger is None and not drops.durable:
+        if drops.unrecorded:
             self._report_once(
                 f"cannot keep the count of dropped records in {self.directory}",
                 "they are reported only if writing works again before the process ends",

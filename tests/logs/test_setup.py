@@ -287,7 +287,7 @@ class _Surfacing(Exception):
 
 
 def _raise_once(real: object) -> object:
-    calls = []
+    calls: list[int] = []
 
     def wrapped(*args: object, **kwargs: object) -> object:
         if not calls:

@@ -8,7 +8,13 @@ thread rotates drops and counts its record instead of deadlocking).
 
 Records over the size cap (``NVRX_OTEL_MAX_RECORD_KB``) are cut on the slow path
 (``truncate.py``); every drop is also counted in the writer's drop ledger
-(``sidecar.py``), so the count survives ``os._exit`` and ``kill -9``.
+(``sidecar.py``), so the count survives ``os._exit`` and ``kill -9`` (on a file system
+too full for a ledger, in a tally's name: ``tally.py``).
+
+An exception may surface at any line of the slow path (a signal handler that raises, as
+timeouts do): making a file is an ``attempt.Attempt`` the next call clears or takes over,
+the switch to a new file is a run of plain assignments, and the record of the call that
+got the exception is counted as dropped.
 """
 
 from __future__ import annotations

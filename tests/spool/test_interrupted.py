@@ -77,6 +77,20 @@ def test_an_exception_after_any_step_of_making_a_file(
     assert {f"after {i}" for i in range(40)} <= set(kept)
     assert len(kept) + dropped >= 80
     assert not list(tmp_path.glob(".*.lost.*"))  # drop records hold every drop
+    assert not _open_under(tmp_path)  # not even a descriptor lost right after os.open
+
+
+def _open_under(directory: Path) -> list[str]:
+    """This process's descriptors open on files under ``directory`` (Linux)."""
+    out = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith(str(directory.resolve())):
+            out.append(target)
+    return out
 
 
 def test_an_interrupted_ledger_that_got_its_name_is_taken_over(

@@ -49,9 +49,12 @@ class Attempt:
             return False
         return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
-    def clear(self) -> None:
-        """Undo an unfinished attempt: close its descriptor (also one it lost), remove its
-        temporary name. A file that got its final name stays (complete, and unlocked now)."""
+    def clear(self, *, lost: bool = True) -> None:
+        """Undo an unfinished attempt: close its descriptor, remove its temporary name. A
+        file that got its final name stays (complete, and unlocked now). ``lost``: the
+        descriptor may have been lost (an exception right after ``os.open``; never with an
+        ``OSError``, which comes from the call itself), so look for it in /proc when it is
+        not known (a scan of every descriptor: only then)."""
         if not self.tmp:
             return
         try:
@@ -64,7 +67,8 @@ class Attempt:
                 os.close(fd)
             except OSError:
                 pass
-        close_leaked((self.tmp, self.final))
+        elif lost:
+            close_leaked((self.tmp, self.final))
         self.tmp = ""
 
 

@@ -42,7 +42,7 @@ def create(directory: Path, name: str, header: bytes, attempt: Attempt) -> int:
         except OSError:
             pass
         if isinstance(exc, OSError):  # else the next attempt clears or takes over the rest
-            attempt.clear()
+            attempt.clear(lost=False)
         raise
     return fd
 

@@ -104,7 +104,7 @@ class DropLedger:
             except OSError:
                 pass
             if isinstance(exc, OSError):  # else the next attempt clears or takes over the rest
-                attempt.clear()
+                attempt.clear(lost=False)
             raise
         return cls(fd, mapped, path)
 

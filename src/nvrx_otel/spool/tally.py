@@ -109,7 +109,7 @@ class Tally:
             except OSError:
                 pass
             if isinstance(exc, OSError):  # else the next attempt clears or takes over the rest
-                making.clear()
+                making.clear(lost=False)
             raise
         self.fd = fd
         self.name = name

@@ -283,3 +283,34 @@ def test_level_and_logger_names_with_percent_signs_keep_their_bytes(tmp_path: Pa
     tail = Tail(tmp_path)
     log.log(35, "m %s", "%d")
     assert _one(tail)["msg"] == "m %d"
+
+
+class _Unprintable:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr fails")
+
+    __str__ = __repr__
+
+
+def test_values_that_cannot_be_printed_become_a_placeholder() -> None:
+    """A value whose ``repr`` raises, a key whose ``str`` raises, a cycle and nesting deeper
+    than orjson takes: every encoder still gives one decodable line, the value replaced."""
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+    deep: list[Any] = []
+    inner = deep
+    for _ in range(400):
+        inner.append([])
+        inner = inner[0]
+    attrs = {"v": _Unprintable(), _Unprintable(): 1, "c": cyclic, "d": deep}
+    record = {"v": 1, "k": "log", "ts": 1, "msg": "m", "key": "w-1", "attrs": attrs}
+    head = rec.log_head(9, "INFO", "t")
+    for line in (
+        rec.encode(record),
+        rec.spliced_line(record, b',"node":"n"}\n'),
+        rec.headed_line(head, {"ts": 1, "msg": "m", "key": "w-1", "attrs": attrs}, b"}\n"),
+    ):
+        out = rec.decode(line)["attrs"]
+        assert out["v"] == "<unrepresentable: _Unprintable>"
+        assert out["<unrepresentable: _Unprintable>"] == 1
+        assert out["c"] == ["<unrepresentable: list>"]

@@ -58,13 +58,25 @@ def seq_of(key: str) -> int:
 
 
 def _default(obj: Any) -> Any:
-    """Values orjson does not know become their ``repr`` (attributes never fail a record)."""
-    return repr(obj)
+    """Values orjson does not know become their ``repr`` (attributes never fail a record);
+    one whose ``repr`` raises becomes :func:`unrepresentable`. Only the full path
+    (:func:`encode`) pays for this: the fast encoders give orjson no ``default``."""
+    try:
+        text = repr(obj)
+    except Exception:
+        return unrepresentable(obj)
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def unrepresentable(obj: object) -> str:
+    """The placeholder for a value that cannot be printed: ``<unrepresentable: Type>``."""
+    return f"<unrepresentable: {type(obj).__qualname__}>"
 
 
 def encode(record: dict[str, Any]) -> bytes:
-    """One spool line (with its ``\\n``). Never raises for odd values: lone surrogates and
-    unknown types are replaced rather than failing the log call."""
+    """One spool line (with its ``\\n``). Never raises for odd values: lone surrogates,
+    unknown types, values whose ``repr`` raises, cycles and nesting deeper than orjson
+    takes are replaced rather than failing the log call."""
     try:
         return orjson.dumps(record, default=_default, option=orjson.OPT_APPEND_NEWLINE)
     except (TypeError, orjson.JSONEncodeError):
@@ -72,18 +84,35 @@ def encode(record: dict[str, Any]) -> bytes:
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_MAX_DEPTH: Final = 200
+"""Containers nested deeper than this are cut (orjson refuses more than 254 levels)."""
 
 
-def _scrub(value: Any) -> Any:
+def _scrub(value: Any, depth: int = 0, path: frozenset[int] = frozenset()) -> Any:
+    """``value`` with what orjson refuses replaced: lone surrogates, keys that are not
+    strings, integers over 64 bits, cycles and deep nesting (``path``: the containers
+    holding ``value``)."""
     if isinstance(value, str):
         return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, dict):
-        return {str(_scrub(k)): _scrub(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_scrub(v) for v in value]
+    if isinstance(value, (dict, list, tuple)):
+        if depth >= _MAX_DEPTH or id(value) in path:
+            return unrepresentable(value)
+        inner = path | {id(value)}
+        if isinstance(value, dict):
+            return {_key(k): _scrub(v, depth + 1, inner) for k, v in value.items()}
+        return [_scrub(v, depth + 1, inner) for v in value]
     if isinstance(value, int) and not -(2**63) <= value < 2**64:
         return str(value)
     return value
+
+
+def _key(key: Any) -> str:
+    """A mapping key as the JSON object key it becomes."""
+    try:
+        text = key if key.__class__ is str else str(key)
+    except Exception:
+        return unrepresentable(key)
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def decode(line: bytes) -> dict[str, Any]:

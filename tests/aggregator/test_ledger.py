@@ -13,7 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from nvrx_otel.spool import sidecar
+from nvrx_otel.spool import sidecar, tally
 from nvrx_otel.spool.writer import SpoolWriter
 from tests.aggregator.spoolkit import (
     cli,
@@ -167,3 +167,39 @@ def test_drain_at_the_end_of_a_job_reports_ledgers_of_exited_children(tmp_path: 
     kept, dropped = _ledger(tmp_path)
     assert dropped > 0 and kept + dropped == 4 * 400
     assert not list(directory.glob(".*.drops"))
+
+
+def test_loss_tally_is_reported_once_across_restarts(tmp_path: Path) -> None:
+    """A writer that could make neither spool file nor ledger (a full file system) leaves
+    its count in a tally's name: reported once its writer is gone, then deleted; a note
+    inside the committed node log is not reported again, one cut off with it is."""
+    directory = spool_dir(tmp_path)
+    directory.mkdir(parents=True)
+    t = tally.Tally(directory, "rank3", 4242, "00000000000000c3", 3)
+    assert t.store(150, "write_error")
+    (path,) = directory.glob(".*.lost.*")
+    assert path.name == ".rank3.p4242.00000000000000c3.lost.write_error.r3.150"
+    with running(config(tmp_path)):
+        for i in range(2):  # two passes of the aggregator (one record each) go by...
+            w = SpoolWriter(directory)
+            w.emit(_log(i))
+            w.close()
+            wait_for(lambda i=i: _ledger(tmp_path)[0] == i + 1, timeout=60, what="a record")
+        assert _ledger(tmp_path)[1] == 0  # ...and its writer holds it: nothing reported
+        t.forget_in_child()  # the writer ends (its lock goes)
+        wait_for(lambda: _ledger(tmp_path)[1] == 150, timeout=60, what="the tally")
+        wait_for(lambda: not path.exists(), timeout=60, what="the tally deleted")
+    assert "from rank 3 pid 4242" in log_path(tmp_path).read_text()
+    length = log_path(tmp_path).stat().st_size
+    ino = log_path(tmp_path).stat().st_ino
+
+    def restart_with_note(offset: int) -> None:
+        noted = directory / tally.reported_name(path.name, ino, offset)
+        noted.touch()
+        with running(config(tmp_path)):
+            wait_for(lambda: not noted.exists(), timeout=60, what="the tally deleted")
+
+    restart_with_note(length - 100)  # committed: not again
+    assert _ledger(tmp_path)[1] == 150
+    restart_with_note(length)  # cut off with the node log: again
+    assert _ledger(tmp_path)[1] == 300

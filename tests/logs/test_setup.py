@@ -280,3 +280,67 @@ def test_eight_ranks_two_processes_each_write_every_record(tmp_path: Path) -> No
         by_writer.setdefault(r["key"].split("-")[0], []).append(rec.seq_of(r["key"]))
     assert len(by_writer) == 16
     assert all(seqs == list(range(2000)) for seqs in by_writer.values())
+
+
+class _Surfacing(Exception):
+    """An exception surfacing inside a log call (a signal handler's, as a timeout's)."""
+
+
+def _raise_once(real: object) -> object:
+    calls: list[int] = []
+
+    def wrapped(*args: object, **kwargs: object) -> object:
+        if not calls:
+            calls.append(1)
+            raise _Surfacing
+        return real(*args, **kwargs)  # type: ignore[operator]
+
+    return wrapped
+
+
+def _dropped(directory: Path) -> int:
+    from tests.conftest import read_spool
+
+    return sum(r["count"] for r in read_spool(directory) if r["k"] == "drop")
+
+
+def test_an_exception_inside_the_fast_path_is_counted_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The log call returns normally, its record is lost and counted as dropped (a drop
+    record says so), and stderr says it is counted, not kept."""
+    from nvrx_otel.logging import fastpath
+
+    log = setup_logger(node_local_tmp_dir=str(tmp_path))
+    log.info("first")
+    monkeypatch.setattr(fastpath, "_time_ns", _raise_once(fastpath._time_ns))
+    log.info("lost")
+    log.info("after")
+    handler = next(h for h in log.handlers if isinstance(h, SpoolHandler))
+    handler.writer.close()
+    assert [r["msg"] for r in log_records(tmp_path)] == ["first", "after"]
+    assert _dropped(tmp_path) == 1
+    assert "the record is counted as dropped" in capsys.readouterr().err
+
+
+def test_an_exception_inside_the_spool_handler_is_counted_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nvrx_otel.logging import handler as handler_module
+
+    h = SpoolHandler(tmp_path)
+    log = logging.getLogger("test_spool_handler_surfacing")
+    log.addHandler(h)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    try:
+        monkeypatch.setattr(
+            handler_module, "from_log_record", _raise_once(handler_module.from_log_record)
+        )
+        log.info("lost", extra={"a": 1})
+        log.info("kept", extra={"a": 2})
+    finally:
+        log.removeHandler(h)
+    h.writer.close()
+    assert [r["msg"] for r in log_records(tmp_path)] == ["kept"]
+    assert _dropped(tmp_path) == 1

@@ -11,6 +11,9 @@ length, so a note whose offset is no longer inside the node log (same inode) is 
 that was lost with the cut and is made again; one inside it (or in a log rotated since)
 was committed.
 
+Loss tallies (``spool/tally.py``), a writer's count kept in an empty file's name while it
+has no ledger (a full file system), are reported the same way; the note is a rename.
+
 Wake-ups (``spool/wake.py``): the FIFO ``.nvrx_aggregator.wake`` in the job directory; a
 thread waits on it and wakes the service's loop, which then scans at once.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import select
 import stat
 import threading
@@ -35,7 +39,7 @@ from nvrx_otel.aggregator.reader import SpoolFile
 from nvrx_otel.aggregator.reports import identity_of, loss_report
 from nvrx_otel.aggregator.spooldir import SpoolDir
 from nvrx_otel.semconv import DropReasonValues
-from nvrx_otel.spool import sidecar
+from nvrx_otel.spool import sidecar, tally
 from nvrx_otel.spool.paths import WAKE_NAME, parse_name
 
 _OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -81,7 +85,7 @@ class DropLedgers:
         wrote = False
         waiting = 0
         for name in names:
-            m = sidecar.NAME.match(name)
+            m = sidecar.NAME.match(name) or tally.NAME.match(name)
             if m is None:
                 continue
             path = self.dir / name
@@ -92,7 +96,10 @@ class DropLedgers:
             if not _all_read(files, on_disk.get(writer, set()), spool):
                 waiting += 1
                 continue
-            state = self._settle_one(path, writer, files, out, log, health, totals)
+            if "count" in m.groupdict():
+                state = self._settle_tally(path, m, out, log, health, totals)
+            else:
+                state = self._settle_one(path, writer, files, out, log, health, totals)
             if state == "alive":
                 waiting += 1
             wrote = wrote or state == "reported"
@@ -159,6 +166,62 @@ class DropLedgers:
         finally:
             os.close(fd)
 
+    def _settle_tally(
+        self,
+        path: Path,
+        m: re.Match[str],
+        out: Output,
+        log: NodeLogFile,
+        health: Health,
+        totals: dict[str, int],
+    ) -> str:
+        """Report a gone writer's loss tally (``spool/tally.py``): its count is in its name."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return "gone"
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return "alive"
+            count = int(m["count"])
+            noted = m["ino"] is not None
+            if count <= 0 or (noted and _note_committed(int(m["ino"]), int(m["offset"]), log)):
+                _unlink(path)
+                return "deleted"
+            if log.needs_rotation():
+                out.rotate()  # first: the note must name the node log the report goes into
+            st = os.fstat(fd)
+            note = path.with_name(tally.reported_name(path.name, log.ino, log.length))
+            os.rename(path, note)  # the note (needs no free block), before the report
+            rank = None if m["rank"] == "-" else int(m["rank"])
+            pid = int(m["pid"])
+            writer = m["writer"]
+            first = st.st_mtime_ns  # made at the first drop; each rename since sets ctime
+            last = max(st.st_ctime_ns, first)
+            report = loss_report(
+                what="dropped",
+                count=count,
+                reason=m["reason"],
+                pid=pid,
+                identity={} if rank is None else {"rank": rank},
+                first_ts=first,
+                last_ts=last,
+                ts=last,
+                key=f"{writer}-tally-{count:x}",
+            )
+            out.write([report], [(writer, rank, pid, count, first, last)])
+            health.dropped += count
+            totals["dropped"] = totals.get("dropped", 0) + count
+            self._after_commit.append(note)
+            return "reported"
+        except OSError as exc:
+            say(f"cannot settle the loss tally {path.name}: {exc}")
+            return "alive"
+        finally:
+            os.close(fd)
+
 
 def _all_read(files: list[SpoolFile], names: set[str], spool: SpoolDir) -> bool:
     """Every spool file of the writer is tracked, final and read to its end."""
@@ -170,9 +233,15 @@ def _all_read(files: list[SpoolFile], names: set[str], spool: SpoolDir) -> bool:
 def _committed(view: sidecar.LedgerView, log: NodeLogFile) -> bool:
     if not view.reported:
         return False
-    if view.report_ino != log.ino:
+    return _note_committed(view.report_ino, view.report_offset, log)
+
+
+def _note_committed(ino: int, offset: int, log: NodeLogFile) -> bool:
+    """Whether a report noted at ``offset`` of the node log of inode ``ino`` was committed:
+    it is still inside the (cut back) node log, or that log rotated since."""
+    if ino != log.ino:
         return True  # the node log rotated since, which commits first
-    return log.length > view.report_offset
+    return log.length > offset
 
 
 def _holds_key(files: list[SpoolFile], key: str) -> bool:

@@ -28,6 +28,7 @@ from typing import Any, cast
 from nvrx_otel import _tracectx, levels
 from nvrx_otel import record as rec
 from nvrx_otel.logging.handler import (
+    SPOOLED_ATTR,
     SpoolHandler,
     add_exception,
     encoded_fields,
@@ -230,7 +231,12 @@ class _Fast:
             kwargs.get("extra"),
             _stack_text(frame) if kwargs.get("stack_info") else None,
         )
-        logger.handle(record)
+        try:
+            logger.handle(record)
+        except Exception as exc:
+            if not getattr(record, SPOOLED_ATTR, False):
+                raise  # not spooled: the caller counts it as dropped
+            report_error("a log handler raised", exc)
 
     def lean(self, level: int) -> bool:
         """Whether a call at ``level`` may skip the LogRecord (see ``recheck``)."""
@@ -341,8 +347,9 @@ def _level_method(level: int) -> Callable[..., None]:
                 w.size += n
             else:
                 w.finish_short_write(fd, line, written, ts)
-        except Exception as exc:
-            report_error("cannot spool a log record", exc)
+        except Exception as exc:  # (a signal handler's exception too: the record is lost)
+            fast.handler.writer.lost()
+            report_error("cannot spool a log record", exc, lost=True)
 
     method.__name__ = method.__qualname__ = logging.getLevelName(level).lower()
     return method
@@ -407,8 +414,9 @@ class FastLogger(logging.Logger):
         try:
             frame = _caller(3, kwargs.get("stacklevel", 1))  # _emit <- log() <- its caller
             self._nvrx_fast.emit(level, msg, args, kwargs, frame)
-        except Exception as exc:
-            report_error("cannot spool a log record", exc)
+        except Exception as exc:  # (a signal handler's exception too: the record is lost)
+            self._nvrx_fast.handler.writer.lost()
+            report_error("cannot spool a log record", exc, lost=True)
 
 
 def get_fast_logger(name: str) -> logging.Logger:

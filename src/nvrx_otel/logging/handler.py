@@ -40,17 +40,19 @@ _errors = {"count": 0}
 _error_lock = threading.RLock()  # a signal handler may report while its thread does
 
 
-def report_error(what: str, exc: BaseException) -> None:
-    """Count an error inside logging; tell stderr about the first of each kind only."""
+def report_error(what: str, exc: BaseException, *, lost: bool = False) -> None:
+    """Count an error inside logging; tell stderr about the first of each kind only
+    (``lost``: the record is not spooled, the writer counts it as dropped)."""
     with _error_lock:
         _errors["count"] += 1
         first = _errors.setdefault(f"seen:{what}:{type(exc).__name__}", 0) == 0
         _errors[f"seen:{what}:{type(exc).__name__}"] = 1
     if first:
         try:
+            fate = "counted as dropped" if lost else "kept with the error noted"
             sys.stderr.write(
                 f"nvrx-otel: {what}: {type(exc).__name__}: {exc} "
-                "(the record is kept with the error noted; further ones are counted)\n"
+                f"(the record is {fate}; further ones are counted)\n"
             )
         except Exception:  # stderr unusable: the count remains
             pass
@@ -281,8 +283,9 @@ class SpoolHandler(logging.Handler):
                 else:
                     self.writer.write_line(line, int(record.created * 1_000_000_000))
             setattr(record, SPOOLED_ATTR, True)
-        except Exception as exc:
-            report_error("cannot spool a log record", exc)
+        except Exception as exc:  # (a signal handler's exception too: the record is lost)
+            self.writer.lost()
+            report_error("cannot spool a log record", exc, lost=True)
 
     def handleError(self, record: logging.LogRecord) -> None:
         report_error("log handler error", sys.exc_info()[1] or RuntimeError("unknown"))

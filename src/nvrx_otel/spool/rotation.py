@@ -8,31 +8,41 @@ a writer's files take is found by looking which of them still exist.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
 from typing import Final
+
+from nvrx_otel.spool.attempt import Attempt
 
 _OPEN_FLAGS: Final = (
     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
 )
 
 
-def create(directory: Path, name: str, header: bytes) -> int:
+def create(directory: Path, name: str, header: bytes, attempt: Attempt) -> int:
     """A new spool file ``directory/name`` holding ``header``, locked (``LOCK_SH``) by the
-    returned descriptor; ``OSError`` when it cannot be made (nothing is left behind)."""
-    tmp = directory / f".{name}.tmp"
-    fd = os.open(tmp, _OPEN_FLAGS, 0o600)
+    returned descriptor; ``OSError`` when it cannot be made (nothing is left behind).
+
+    ``attempt`` notes the pieces as they are made: until the caller stores the descriptor
+    and clears ``attempt.tmp``, an exception surfacing anywhere (a signal handler's) leaves
+    them for the next ``attempt.start`` to clear."""
+    tmp = os.path.join(directory, f".{name}.tmp")
+    attempt.start(tmp, os.path.join(directory, name))
     try:
-        os.write(fd, header)
+        fd = attempt.fd = os.open(tmp, _OPEN_FLAGS, 0o600)
+        if os.write(fd, header) != len(header):  # a full disk: never a torn header
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         fcntl.flock(fd, fcntl.LOCK_SH)
-        os.rename(tmp, directory / name)
-    except OSError:
-        os.close(fd)
+        os.rename(tmp, attempt.final)
+    except BaseException as exc:  # a signal handler's too: no half-made file outlives the call
         try:
-            os.unlink(tmp)
+            os.unlink(tmp)  # first, before any call a handler could interrupt
         except OSError:
             pass
+        if isinstance(exc, OSError):  # else the next attempt clears or takes over the rest
+            attempt.clear(lost=False)
         raise
     return fd
 
@@ -59,17 +69,29 @@ def still_there(
 
 class Files:
     """The files a writer made that still count against its budget (``made``: name and
-    bytes, oldest first, the newest one live) and the descriptors of older ones it keeps
-    open one rotation longer (another thread may still be inside a ``write`` to them)."""
+    bytes, oldest first, the newest one live), the descriptors of older ones it keeps open
+    one rotation longer (another thread may still be inside a ``write`` to them), and the
+    file being made (``making``).
+
+    The writer switches to a new file by plain assignments (see ``SpoolWriter._open_next``)
+    and leaves ``old``, the descriptor it moved from, to :meth:`settle`: an exception that
+    surfaces in between leaves it for the next call."""
 
     def __init__(self) -> None:
         self.made: list[tuple[str, int]] = []
         self.index = -1  # index of the newest file (its name's ``<index>``)
+        self.tried = -1  # index of the newest file an attempt was started for
         self.retired: list[int] = []
+        self.old = -1
+        self.making = Attempt()
 
     @property
     def live_name(self) -> str:
         return self.made[-1][0] if self.made else ""
+
+    def next_index(self) -> int:
+        """The index of the next file: past any an interrupted attempt may have named."""
+        return max(self.index, self.tried) + 1
 
     def total(self) -> int:
         """Bytes of the files as last counted."""
@@ -81,27 +103,34 @@ class Files:
         self.made = still_there(directory, self.made, self.live_name if live else "", live_size)
         return len(self.made), self.total()
 
-    def moved_on(self, old: int, old_size: int, fd: int, name: str, size: int) -> None:
-        """The writer moved from descriptor ``old`` (-1: none; ``old_size`` bytes) to the
-        new file ``name`` of ``size`` bytes on ``fd``."""
-        if old >= 0:
-            if self.made:
-                self.made[-1] = (self.made[-1][0], old_size)
+    def settle(self) -> None:
+        """Finish a move to a new file: unlock the ``old`` one (it is complete: the writer
+        moved on) and keep its descriptor until the next move. Safe to repeat."""
+        old = self.old
+        if old < 0:
+            return
+        try:
+            fcntl.flock(old, fcntl.LOCK_UN)
+        except OSError:
+            pass
+        retired = self.retired
+        while retired:
+            fd = retired.pop()  # forgotten before closing: never closed twice
             try:
-                fcntl.flock(old, fcntl.LOCK_UN)  # the old file is complete: writer moved on
+                os.close(fd)
             except OSError:
                 pass
-            self.close_retired()
-            self.retired = [old]
-        self.index += 1
-        self.made.append((name, size))
+        self.retired = [old]
+        self.old = -1
 
     def close_retired(self, *also: int) -> None:
         """Close the retired descriptors (and ``also``, where >= 0)."""
-        for fd in [*also, *self.retired]:
+        fds = [*also, self.old, *self.retired]
+        self.retired = []
+        self.old = -1
+        for fd in fds:
             if fd >= 0:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self.retired = []

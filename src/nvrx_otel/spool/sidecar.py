@@ -27,6 +27,8 @@ from typing import Any, Final
 
 import orjson
 
+from nvrx_otel.spool.attempt import Attempt
+
 SIZE: Final = 4096
 MAGIC: Final = b"NVRXDRP1"
 _FIELDS: Final = struct.Struct("<8sQQQQQQQQQQ16s")
@@ -64,13 +66,27 @@ class DropLedger:
 
     @classmethod
     def create(
-        cls, directory: Path, proc: str, pid: int, writer: str, identity: dict[str, Any]
+        cls,
+        directory: Path,
+        proc: str,
+        pid: int,
+        writer: str,
+        identity: dict[str, Any],
+        attempt: Attempt,
     ) -> DropLedger:
-        """Make, lock and map the ledger (OSError when it cannot be made)."""
+        """Make, lock and map the ledger (OSError when it cannot be made).
+
+        ``attempt`` notes the pieces as they are made; the caller clears ``attempt.tmp``
+        once it holds the ledger. An attempt an exception interrupted is taken over when
+        it got as far as its name (made, locked, named), else cleared first."""
         path = directory / ledger_name(proc, pid, writer)
-        tmp = directory / f"{path.name}.tmp"
-        fd = os.open(tmp, _OPEN_FLAGS, 0o600)
+        if attempt.named() and attempt.final == str(path):
+            mapped = mmap.mmap(attempt.fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            return cls(attempt.fd, mapped, path)
+        tmp = f"{path}.tmp"  # a str: a Path's __fspath__ is a call a handler could interrupt
+        attempt.start(tmp, str(path))
         try:
+            fd = attempt.fd = os.open(tmp, _OPEN_FLAGS, 0o600)
             try:
                 os.posix_fallocate(fd, 0, SIZE)  # a full disk later cannot stop updates
             except (AttributeError, OSError):
@@ -81,13 +97,14 @@ class DropLedger:
             os.pwrite(fd, ident, _IDENTITY)
             fcntl.flock(fd, fcntl.LOCK_SH)
             mapped = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            os.rename(tmp, path)
-        except BaseException:
-            os.close(fd)
+            os.rename(tmp, attempt.final)
+        except BaseException as exc:  # a signal handler's too: no half-made file outlives the call
             try:
-                os.unlink(tmp)
+                os.unlink(tmp)  # first, before any call a handler could interrupt
             except OSError:
                 pass
+            if isinstance(exc, OSError):  # else the next attempt clears or takes over the rest
+                attempt.clear(lost=False)
             raise
         return cls(fd, mapped, path)
 

@@ -8,7 +8,13 @@ thread rotates drops and counts its record instead of deadlocking).
 
 Records over the size cap (``NVRX_OTEL_MAX_RECORD_KB``) are cut on the slow path
 (``truncate.py``); every drop is also counted in the writer's drop ledger
-(``sidecar.py``), so the count survives ``os._exit`` and ``kill -9``.
+(``sidecar.py``), so the count survives ``os._exit`` and ``kill -9`` (on a file system
+too full for a ledger, in a tally's name: ``tally.py``).
+
+An exception may surface at any line of the slow path (a signal handler that raises, as
+timeouts do): making a file is an ``attempt.Attempt`` the next call clears or takes over,
+the switch to a new file is a run of plain assignments, and the record of the call that
+got the exception is counted as dropped.
 """
 
 from __future__ import annotations
@@ -189,13 +195,20 @@ class SpoolWriter:
     def write_line(self, line: bytes, ts: int) -> None:
         """Append one encoded line; counts it as dropped if it cannot be written."""
         if self.size + len(line) > self.limit:
-            if len(line) > self.max_record:
-                cut = truncate.fit(line, self.max_record)
-                if cut is None:
-                    self._count_drop(ts, _WRITE_ERROR)
-                    return
-                line = cut
-            reason = self._make_room(len(line))
+            try:
+                if len(line) > self.max_record:
+                    cut = truncate.fit(line, self.max_record)
+                    if cut is None:
+                        self._count_drop(ts, _WRITE_ERROR)
+                        return
+                    line = cut
+                reason = self._make_room(len(line))
+            except BaseException as exc:  # a signal handler's, surfacing mid-rotation
+                self._count_drop(ts, _WRITE_ERROR)
+                if not isinstance(exc, Exception):
+                    raise
+                self._report_once(f"spooling a record was interrupted: {type(exc).__name__}")
+                return
             if reason:
                 self._count_drop(ts, reason)
                 return
@@ -259,21 +272,23 @@ class SpoolWriter:
         with self._lock:
             if self._busy:  # this very thread is in here: a signal handler interrupted it
                 return _WRITE_ERROR
-            self._busy = True
-            try:
-                if not self.drops.ledger_tried:
-                    self.drops.open_ledger(
+            try:  # (``_busy`` set inside: an exception before it must not leave it set)
+                self._busy = True
+                drops = self.drops
+                if drops.ledger is None and now >= drops.next_ledger_ns:
+                    drops.open_ledger(
                         self.directory,
                         self._proc_name,
                         self.pid,
                         self.writer_id,
                         self.identity_fields,
                         self._report_once,
+                        now,
                     )
                 ok = self._make_room_locked(needed, now)
-                self._refresh_limit()
             finally:
                 self._busy = False
+                self._refresh_limit()
         if ok:
             return ""
         return _BUDGET if self.fd >= 0 else _WRITE_ERROR
@@ -313,7 +328,9 @@ class SpoolWriter:
         return used + self.max_file_size <= self.budget or only_live
 
     def _open_next(self) -> bool:
-        index = self._files.index + 1
+        files = self._files
+        files.settle()  # a move an exception interrupted: finish it first
+        index = files.next_index()
         name = SpoolFileName(self.writer_id, index, self.pid, self._proc_name).name
         header = rec.header_line(
             writer_id=self.writer_id,
@@ -326,68 +343,73 @@ class SpoolWriter:
             max_file_size=self.max_file_size,
             resource=self._resource,
         )
+        size = len(header)
+        files.tried = index
         try:
-            fd = rotation.create(self.directory, name, header)
+            fd = rotation.create(self.directory, name, header, files.making)
         except OSError as exc:
+            files.tried = index - 1  # nothing of it is left: the index is free again
             self._report_once(f"cannot create spool file in {self.directory}: {exc}")
             return False
-        self._files.moved_on(self.fd, self.size, fd, name, len(header))
-        self.fd, self.size = fd, len(header)
+        # The switch: plain assignments, no call between them, so an exception (a signal
+        # handler's, which surfaces only at calls and loops) cannot leave it half done.
+        # Until ``making.tmp`` is cleared the next attempt would undo the new file.
+        old, made = self.fd, files.made
+        if old >= 0 and made:
+            made[-1] = (made[-1][0], self.size)
+        files.made = [*made, (name, size)]
+        files.index = index
+        files.old = old
+        self.fd = fd
+        self.size = size
         self._need_newline = False
+        files.making.tmp = ""
+        files.settle()
         return True
+
+    def lost(self) -> None:
+        """Count one record a front end could not hand over (it caught an exception in the
+        log call, a signal handler's for one) as dropped."""
+        self._count_drop(time.time_ns(), _WRITE_ERROR)
 
     def _count_drop(self, ts: int, reason: str) -> None:
         self.limit = -1  # the next record takes the slow path and reports the drop first
-        self.drops.count(ts, reason)
+        drops = self.drops
+        drops.count(ts, reason)
+        if drops.unrecorded:
+            self._report_once(
+                f"cannot keep the count of dropped records in {self.directory}",
+                "they are reported only if writing works again before the process ends",
+            )
 
     def _flush_drops(self) -> bool:
         """Write the pending drop record (caller holds the lock and has room)."""
-        drops = self.drops
-        if not drops.pending:
+        if not self.drops.pending:
             return True
-        count = drops.take()
-        seq = next(self.counter)
-        line = rec.drop_line(
-            writer_id=self.writer_id,
-            seq=seq,
-            ts=time.time_ns(),
-            count=count,
-            first_ts=drops.first,
-            last_ts=drops.last,
-            reason=drops.reason,
-            identity=self.identity_fields,
+        newline = self._need_newline
+        done, whole = self.drops.write_record(
+            self.fd, next(self.counter), self.writer_id, self.identity_fields, newline=newline
         )
-        if self._need_newline:
-            line = b"\n" + line
-        drops.writing(count, seq)
-        try:
-            n = os.write(self.fd, line)
-        except OSError:
-            n = -1
-        if n < len(line):  # failed, or short (a full file system): the drops stay pending
-            if n > 0:
-                self._cut_back()
-            drops.wrote(count, ok=False)
-            return False
-        drops.wrote(count, ok=True)
-        self._need_newline = False
-        self.size += len(line)
-        return True
+        self.size += done
+        if done == whole:
+            self._need_newline = False
+            return True
+        if done:
+            self._need_newline = done > newline  # a torn piece stays alone on its line
+        return False
 
-    def _cut_back(self) -> None:
-        """Remove a torn drop record from the end of the live file: its count is still
-        pending and goes into the next one, so the piece must not stay as a corrupt line.
-        (The reader never reads past a line's end; a piece without one it has not read.)"""
-        try:
-            os.ftruncate(self.fd, self.size)
-        except OSError:
-            self._need_newline = True  # the piece stays alone on its line: one corrupt line
-            self.limit = -1
-
-    def _report_once(self, message: str) -> None:
+    def _report_once(self, message: str, outcome: str = "") -> None:
+        """Say ``message`` on stderr, once, with what becomes of the records."""
         if message not in self._errors_reported:
             self._errors_reported.add(message)
-            _report(message + " (records are counted and reported as dropped)")
+            if not outcome:
+                outcome = (
+                    "records are counted and reported as dropped"
+                    if self.drops.ledger is not None
+                    else "records are counted and reported as dropped if the count can be"
+                    " kept in the spool directory"
+                )
+            _report(f"{message} ({outcome})")
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -401,8 +423,8 @@ class SpoolWriter:
         with self._lock:
             if self._busy:
                 return  # a signal handler of the thread inside the slow path: exit does it
-            self._busy = True
             try:
+                self._busy = True
                 self._close_locked()
             finally:
                 self._busy = False

@@ -108,8 +108,9 @@ def _append(w: SpoolWriter, record: dict[str, Any], ts: int) -> None:
     """Append ``record`` (v/key set) with the writer's identity fields: one write."""
     try:
         w.write_line(rec.spliced_line(record, w.identity_suffix), ts)
-    except Exception as exc:
-        report_once("cannot spool a span record", exc)
+    except Exception as exc:  # (a signal handler's exception too: the record is lost)
+        w.lost()
+        report_once("cannot spool a span record (counted as dropped)", exc)
 
 
 class LeanSpan(trace.Span):

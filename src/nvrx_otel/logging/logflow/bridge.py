@@ -135,7 +135,8 @@ class SpoolBridge:
             head = self.heads.get((level.name, level.no, lg)) or self.head(level.name, level.no, lg)
             writer.write_line(rec.headed_line(head, out, writer.identity_suffix), ts)
         except Exception as exc:  # telemetry never breaks the log call
-            report_error("cannot spool a loguru record", exc)
+            self.writer.lost()  # (a signal handler's exception too: the record is lost)
+            report_error("cannot spool a loguru record", exc, lost=True)
         return False
 
 

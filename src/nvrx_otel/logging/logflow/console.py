@@ -14,6 +14,7 @@ import sys
 from typing import Any, Final
 
 from nvrx_otel import env, levels
+from nvrx_otel.logging.handler import report_error
 from nvrx_otel.logging.logflow.levels import CONSOLE, ModuleLevels
 
 _STYLES: Final = {lv.name: lv.style for lv in levels.LEVELS}
@@ -29,15 +30,30 @@ def wants_colour() -> bool:
         return False
 
 
+def _console_class() -> Any:
+    """Rich's ``Console``, except on a broken pipe (the reader of stderr gone: ``| head``, a
+    launcher's log reader ended): Rich then points the process's *stdout* at /dev/null and
+    raises ``SystemExit`` into the log call; this one only goes quiet."""
+    from rich.console import Console
+
+    class QuietOnBrokenPipe(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+
+    return QuietOnBrokenPipe
+
+
 class RichConsoleSink:
-    """A loguru sink printing records through a Rich console on ``sys.stderr``."""
+    """A loguru sink printing records through a Rich console on ``sys.stderr``.
+
+    A console that cannot be written (a broken pipe, a closed or failing stderr) is given
+    up: the sink stops printing and says so once; the record still goes to the spool and
+    the run file, and the log call returns normally."""
 
     def __init__(self, rank_tag: str = "", *, colour: bool | None = None) -> None:
-        from rich.console import Console
-
         self.colour = wants_colour() if colour is None else colour
         self.rank_tag = rank_tag
-        self.console = Console(
+        self.console = _console_class()(
             stderr=True,  # follows sys.stderr when it is replaced
             color_system="auto" if self.colour else None,
             no_color=not self.colour,
@@ -48,6 +64,8 @@ class RichConsoleSink:
         )
 
     def __call__(self, message: Any) -> None:
+        if self.console.quiet:
+            return  # given up: see the class docstring
         from rich.text import Text
 
         record = message.record
@@ -63,7 +81,11 @@ class RichConsoleSink:
         text.append(where, "cyan" if self.colour else "")
         text.append(" | ")
         text.append(body, style)
-        self.console.print(text)
+        try:
+            self.console.print(text)
+        except (OSError, ValueError) as exc:  # stderr failing or closed
+            self.console.quiet = True
+            report_error("the console cannot be written, it is left", exc)
 
 
 class ConsoleFilter:

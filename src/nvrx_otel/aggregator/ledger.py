@@ -147,7 +147,7 @@ class DropLedgers:
                 ts=last,
                 key=f"{writer}-ledger-{view.dropped:x}",
             )
-            out.write([report], [(writer, ident.get("rank"), view.pid, missing, first, last)])
+            out.loss(writer, report, (writer, ident.get("rank"), view.pid, missing, first, last))
             health.dropped += missing
             totals["dropped"] = totals.get("dropped", 0) + missing
             self._after_commit.append(path)

@@ -1,9 +1,9 @@
-"""Delivering encoded OTLP requests: the destinations and the retry with backoff.
+"""Delivering encoded OTLP requests: the exporters and the retry with backoff.
 
-The exporter (``otlp_export``) decides *what* to send and when its cursors advance; this
-module decides *how*: one :class:`Destination` per place a request goes (an OTLP
+The OTLP sink (``otlp_export``) decides *what* to send and *when* (batches, its cursors);
+this module decides *where* and *how*: one :class:`Exporter` per place a request goes (an OTLP
 endpoint's :class:`~nvrx_otel.aggregator.otlp_transport.Transport`, or :class:`JsonLines`
-for ``--otlp-json``), and :class:`Delivery`, which sends a request to every destination,
+for ``--otlp-json``), and :class:`Delivery`, which sends a request to every exporter,
 retrying with exponential backoff while one says *retry*, counting a request one refuses
 for good as dropped. The backoff gives way at once to budget pressure, and to the drain:
 once the aggregator drains, a waiting retry runs at once and no wait or send outlasts the
@@ -20,14 +20,13 @@ from typing import Any, Final, Protocol
 
 import orjson
 
-from nvrx_otel.aggregator.otlp_encode import to_json
 from nvrx_otel.aggregator.otlp_transport import Result
 
 BACKOFF_START_S: Final = 0.5
 BACKOFF_MAX_S: Final = 30.0
 
 
-class Destination(Protocol):
+class Exporter(Protocol):
     """Where one encoded request goes."""
 
     last_error: str
@@ -37,7 +36,7 @@ class Destination(Protocol):
         ...
 
 
-class EndpointDestination:
+class EndpointExporter:
     """An OTLP endpoint, one transport per signal."""
 
     def __init__(self, transports: dict[str, Any]) -> None:
@@ -77,6 +76,8 @@ class JsonLines:
 
     def deliver(self, signal: str, message: Any, payload: bytes, timeout: float) -> Result:
         try:
+            from nvrx_otel.aggregator.otlp_encode import to_json
+
             line = orjson.dumps(to_json(message), option=orjson.OPT_APPEND_NEWLINE)
             with open(self.paths[signal], "ab") as fh:
                 fh.write(line)
@@ -87,16 +88,16 @@ class JsonLines:
 
 
 class Delivery:
-    """Sends requests to every destination, retrying with backoff (see the module)."""
+    """Sends requests to every exporter, retrying with backoff (see the module)."""
 
     def __init__(
         self,
-        destinations: list[Destination],
+        exporters: list[Exporter],
         *,
         on_report: Callable[[str], None],
         give_way: Callable[[], bool],
     ) -> None:
-        self.destinations = destinations
+        self.exporters = exporters
         self.on_report = on_report
         self.give_way = give_way  # True: stop retrying now (budget pressure)
         self.retrying = False
@@ -115,12 +116,12 @@ class Delivery:
         return time.monotonic() >= self._deadline
 
     def send(self, signal: str, message: Any, count: int) -> bool | None:
-        """Deliver one request to every destination. True: acknowledged everywhere; False:
-        acknowledged, but a destination refused it for good (counted as dropped); None:
+        """Deliver one request to every exporter. True: acknowledged everywhere; False:
+        acknowledged, but an exporter refused it for good (counted as dropped); None:
         not delivered yet (give way or deadline): send it again later."""
         payload = message.SerializeToString()
         refused = False
-        for dest in self.destinations:
+        for dest in self.exporters:
             result = self._deliver(dest, signal, message, payload, count)
             if result is None:
                 return None
@@ -128,7 +129,7 @@ class Delivery:
         return not refused
 
     def _deliver(
-        self, dest: Destination, signal: str, message: Any, payload: bytes, count: int
+        self, dest: Exporter, signal: str, message: Any, payload: bytes, count: int
     ) -> bool | None:
         while True:
             left = self._deadline - time.monotonic()

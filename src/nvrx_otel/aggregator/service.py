@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from nvrx_otel import env
 from nvrx_otel.aggregator import state as st
@@ -38,12 +38,14 @@ from nvrx_otel.aggregator.lifecycle import (
 from nvrx_otel.aggregator.merge import ChronoMerge
 from nvrx_otel.aggregator.nodelog import Backup, NodeLogFile, RotationPlan, escape
 from nvrx_otel.aggregator.otlp_export import FileView, build_export
-from nvrx_otel.aggregator.otlp_metrics import HealthMetrics
 from nvrx_otel.aggregator.output import Output, RecordSink
 from nvrx_otel.aggregator.reader import Chunk, read_chunk
 from nvrx_otel.aggregator.spooldir import SpoolDir
 from nvrx_otel.identity import get_identity
 from nvrx_otel.spool.paths import SpoolPathError, check_dir, job_dir, safe_component
+
+if TYPE_CHECKING:
+    from nvrx_otel.aggregator.otlp_metrics import HealthMetrics
 
 __all__ = ["Aggregator", "AggregatorConfig", "AggregatorError", "RecordSink"]
 
@@ -127,6 +129,8 @@ class Aggregator:
         )
         self._spool = SpoolDir(self.job_dir, settle_s=config.settle_s)
         self._otlp = build_export(config, self.node_id)
+        if self._otlp is not None:
+            self._out.loss_sinks.append(self._otlp.report)
         self._metrics: HealthMetrics | None = None
         self._backlog_bytes = 0
         self._merge = self._new_merge()
@@ -282,8 +286,9 @@ class Aggregator:
 
     def _start_metrics(self) -> None:
         """Health metrics over the same endpoint as the logs (when there is one)."""
-        if self._otlp is None or self._otlp.logs is None:
+        if self._otlp is None or not self._otlp.has_endpoint:
             return
+        from nvrx_otel.aggregator.otlp_metrics import HealthMetrics
         from nvrx_otel.aggregator.otlp_transport import resolve
 
         try:
@@ -413,9 +418,10 @@ class Aggregator:
                     limit=self.config.chunk_bytes,
                     want_ends=want_ends,
                     now_ns=now_ns,
+                    spans=self._otlp is not None,
                 )
                 if chunk is not None:
-                    self._take(chunk)
+                    self._take(chunk, before)
                 budget -= f.offset - before
                 more = f.offset + f.tail < f.size
                 if spool.over_cap() or (f.final and not more and not f.tail):
@@ -440,7 +446,8 @@ class Aggregator:
             self._otlp.update(self._views())
         return backlog
 
-    def _take(self, chunk: Chunk) -> None:
+    def _take(self, chunk: Chunk, start: int) -> None:
+        """The batch read from ``chunk.file`` at ``start``: to the node log, then the sinks."""
         f = chunk.file
         self.health.writers.add(f.writer)
         self.health.dropped += chunk.dropped
@@ -454,6 +461,8 @@ class Aggregator:
             self._out.chunk(chunk)
         if not f.held:
             f.done = f.offset
+        if self._otlp is not None:
+            self._otlp.take(chunk, start)
 
     # --- commit, rotation, deletion -------------------------------------------------------
 
@@ -519,6 +528,7 @@ class Aggregator:
                 index=f.parts.index,
                 pid=f.pid,
                 committed=f.committed,
+                read=f.offset,
                 size=f.size,
                 final=f.final,
                 gone=spool.writer_gone(f.writer),

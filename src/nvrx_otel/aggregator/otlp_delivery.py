@@ -115,6 +115,39 @@ class Delivery:
     def expired(self) -> bool:
         return time.monotonic() >= self._deadline
 
+    def export(
+        self,
+        logs: dict[str, list[dict[str, Any]]],
+        spans: dict[str, list[dict[str, Any]]],
+        trunc: list[tuple[dict[str, Any], dict[str, Any], int]],
+        resources: dict[str, dict[str, Any]],
+        exported: dict[str, int],
+    ) -> bool:
+        """Encode and send log records and spans per writer (``trunc``: spans ended for
+        their writer, who died first); True once every exporter acknowledged them (or
+        refused them for good, counted as dropped), False when the sink must stop first
+        (the logs then go again with the spans: duplicates, never losses)."""
+        from nvrx_otel.aggregator.otlp_encode import encode_logs, encode_spans
+
+        log_batch = [(resources.get(w, {}), rs) for w, rs in logs.items() if rs]
+        span_batch = [(resources.get(w, {}), rs) for w, rs in spans.items() if rs]
+        n_logs = sum(len(rs) for _, rs in log_batch)
+        n_spans = sum(len(rs) for _, rs in span_batch) + len(trunc)
+        if n_logs:
+            sent = self.send("logs", encode_logs(log_batch, time.time_ns()), n_logs)
+            if sent is None:
+                return False
+            if sent:
+                exported["logs"] += n_logs
+        if n_spans:
+            sent = self.send("traces", encode_spans(span_batch, trunc), n_spans)
+            if sent is None:
+                return False
+            if sent:
+                exported["spans"] += n_spans - len(trunc)
+                exported["truncated"] += len(trunc)
+        return True
+
     def send(self, signal: str, message: Any, count: int) -> bool | None:
         """Deliver one request to every exporter. True: acknowledged everywhere; False:
         acknowledged, but an exporter refused it for good (counted as dropped); None:

@@ -34,7 +34,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Final
 
 from nvrx_otel.aggregator.health import say
@@ -55,7 +54,7 @@ from nvrx_otel.aggregator.reader import Chunk, SpoolFile
 from nvrx_otel.aggregator.state import OtlpProgress, WriterState
 from nvrx_otel.spool.paths import SpoolFileName, parse_name
 
-__all__ = ["FileView", "JsonLines", "OtlpExport", "build_export"]
+__all__ = ["FileView", "JsonLines", "OtlpExport"]
 
 BATCH_RECORDS: Final = 2048
 """Records (and spans) sent in one request."""
@@ -308,7 +307,7 @@ class OtlpExport:
             logs.setdefault(b.writer, []).extend(b.records)
             spans.setdefault(b.writer, []).extend(b.spans)
         trunc = [(res, start, last_ts[w]) for w, res, starts in truncated for start in starts]
-        if not self._send(logs, spans, trunc, resources):
+        if not self.delivery.export(logs, spans, trunc, resources, self.exported):
             return False
         with self.lock:
             for _ in batches:
@@ -345,36 +344,6 @@ class OtlpExport:
                     continue
                 batch = Batch(v.name, v.ino, was.offset, chunk.end, v.writer, chunk.records, [])
                 self._enqueue(batch, chunk.spans or [], cursor)
-
-    def _send(
-        self,
-        logs: dict[str, list[dict[str, Any]]],
-        spans: dict[str, list[dict[str, Any]]],
-        trunc: list[tuple[dict[str, Any], dict[str, Any], int]],
-        resources: dict[str, dict[str, Any]],
-    ) -> bool:
-        """Send everything; True once every exporter acknowledged it (or refused it for
-        good, which is counted as dropped). False when the sink must stop first."""
-        from nvrx_otel.aggregator.otlp_encode import encode_logs, encode_spans
-
-        log_batch = [(resources.get(w, {}), rs) for w, rs in logs.items() if rs]
-        span_batch = [(resources.get(w, {}), rs) for w, rs in spans.items() if rs]
-        n_logs = sum(len(rs) for _, rs in log_batch)
-        n_spans = sum(len(rs) for _, rs in span_batch) + len(trunc)
-        if n_logs:
-            sent = self.delivery.send("logs", encode_logs(log_batch, time.time_ns()), n_logs)
-            if sent is None:
-                return False
-            if sent:
-                self.exported["logs"] += n_logs
-        if n_spans:
-            sent = self.delivery.send("traces", encode_spans(span_batch, trunc), n_spans)
-            if sent is None:
-                return False  # the logs go again with them: duplicates, never losses
-            if sent:
-                self.exported["spans"] += n_spans - len(trunc)
-                self.exported["truncated"] += len(trunc)
-        return True
 
     # --- budget pressure -----------------------------------------------------------------------
 
@@ -417,26 +386,3 @@ class OtlpExport:
                 f"OTLP backlog: skipped {skipped} records of {victim.name} (already in the node "
                 "log) so its writer stays within its spool budget"
             )
-
-
-def build_export(config: Any, node_id: str) -> OtlpExport | None:
-    """The sink an aggregator config asks for (``--otlp-endpoint``, the
-    ``OTEL_EXPORTER_OTLP_*`` variables, ``--otlp-json``), or None when OTLP is off."""
-    from nvrx_otel.aggregator.otlp_transport import otlp_enabled
-
-    endpoint: str | None = config.otlp_endpoint
-    json_dir: Path | None = config.otlp_json
-    on = otlp_enabled(endpoint=endpoint)
-    if not on and json_dir is None:
-        return None
-    from nvrx_otel.aggregator.otlp_delivery import EndpointExporter
-    from nvrx_otel.aggregator.otlp_transport import Transport, resolve
-    from nvrx_otel.spool.paths import safe_component
-
-    exporters: list[Exporter] = []
-    if on:
-        logs = Transport("logs", resolve("logs", base_endpoint=endpoint))
-        traces = Transport("traces", resolve("traces", base_endpoint=endpoint))
-        exporters.append(EndpointExporter({"logs": logs, "traces": traces}))
-    json = JsonLines(json_dir, safe_component(node_id)) if json_dir is not None else None
-    return OtlpExport(exporters=exporters, json=json, has_endpoint=on)

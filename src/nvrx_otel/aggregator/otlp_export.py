@@ -88,6 +88,7 @@ class OtlpExport:
         self.views: list[FileView] = []
         self.exported = {"logs": 0, "spans": 0, "truncated": 0}
         self.skipped = 0  # records skipped for budget pressure (otlp_backlog)
+        self.reads = 0  # reads of its own (while lagging): bytes the loop had read already
         self.dirty = False
         self._queue: deque[Batch] = deque()
         self._queued = [0, 0]  # records and bytes in the queue
@@ -335,6 +336,7 @@ class OtlpExport:
                 if was.offset >= v.read and was.offset <= v.size:
                     continue
                 cursor = copy.copy(was)
+            self.reads += 1
             chunk = read_view(cursor, v, now_ns)
             with self.lock:
                 if self.cursors.get(v.name) is not was:

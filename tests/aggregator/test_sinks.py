@@ -1,0 +1,76 @@
+"""The loop reads each spool byte once and hands the batch to every sink; a sink that lags
+reads from its own cursor until it has caught up, and the node log never waits for it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nvrx_otel import semconv
+from nvrx_otel.aggregator import otlp_export
+from nvrx_otel.spool.writer import SpoolWriter
+from tests.aggregator.spoolkit import config, log_path, messages, running, spool_dir, wait_for
+from tests.otlp_receiver import OtlpReceiver
+
+WRITERS = 3
+RECORDS = 1000
+
+
+def _write(tmp: Path) -> None:
+    directory = spool_dir(tmp)
+    directory.mkdir(parents=True, exist_ok=True)
+    for w in range(WRITERS):
+        writer = SpoolWriter(directory, max_file_size=64 << 10, budget=64 << 20)
+        for i in range(RECORDS):
+            writer.emit({"k": "log", "ts": 1_700_000_000_000_000_000 + i, "sev": 9,
+                         "lvl": "INFO", "lg": "t", "msg": f"rec {w} {i}"})  # fmt: skip
+        writer.close()
+
+
+def _unique(r: OtlpReceiver) -> int:
+    """Writer records the receiver has, duplicates (a batch sent twice) counted once."""
+    return len(
+        {
+            log["attributes"][semconv.RECORD_KEY]
+            for log in r.logs
+            if str(log["body"]).startswith("rec ")
+        }
+    )
+
+
+def _node_log(tmp: Path) -> int:
+    return sum(1 for m in messages(log_path(tmp)) if m.startswith("rec "))
+
+
+def test_otlp_takes_the_node_logs_batches_without_reading_the_spool_again(
+    tmp_path: Path,
+) -> None:
+    _write(tmp_path)
+    receiver = OtlpReceiver()
+    with receiver, running(config(tmp_path, otlp_endpoint=receiver.endpoint)) as agg:
+        wait_for(lambda: _node_log(tmp_path) == WRITERS * RECORDS, timeout=60, what="log")
+        assert receiver.wait_for(lambda r: _unique(r) >= WRITERS * RECORDS, timeout=60)
+        export = agg._otlp
+        assert export is not None
+        assert export.reads == 0  # every byte was read and decoded once, by the loop
+    assert _unique(receiver) == WRITERS * RECORDS
+
+
+def test_a_lagging_otlp_sink_catches_up_from_its_own_cursor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The endpoint refuses while the node log reads everything: OTLP's queue holds only a
+    few batches, so it falls behind, then reads the rest itself once the endpoint is back."""
+    monkeypatch.setattr(otlp_export, "QUEUE_RECORDS", 50)
+    _write(tmp_path)
+    with OtlpReceiver() as receiver:
+        receiver.status = 503
+        with running(config(tmp_path, otlp_endpoint=receiver.endpoint)) as agg:
+            wait_for(lambda: _node_log(tmp_path) == WRITERS * RECORDS, timeout=60, what="log")
+            receiver.status = 200
+            assert receiver.wait_for(lambda r: _unique(r) >= WRITERS * RECORDS, timeout=90)
+            export = agg._otlp
+            assert export is not None
+            assert export.reads > 0 and export.dropped == 0
+    assert _unique(receiver) == WRITERS * RECORDS

@@ -120,7 +120,7 @@ class OtlpExport:
             if self._queued[0] >= QUEUE_RECORDS or self._queued[1] >= QUEUE_BYTES:
                 return
             c = self.cursors.get(f.name)
-            at = (f.ino, 0) if c is None else (c.ino, c.offset)
+            at = (f.ino, 0) if c is None or c.ino != f.ino else (c.ino, c.offset)
             if at != (f.ino, start):
                 return
             cursor = copy.copy(f)  # the reader's state after these bytes

@@ -3,6 +3,7 @@ reads from its own cursor until it has caught up, and the node log never waits f
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,33 @@ def test_a_lagging_otlp_sink_catches_up_from_its_own_cursor(
             assert export is not None
             assert export.reads > 0 and export.dropped == 0
     assert _unique(receiver) == WRITERS * RECORDS
+
+
+def _json_records(directory: Path) -> int:
+    keys = set()
+    for path in directory.glob("logs_*.jsonl"):
+        for line in path.read_text().splitlines():
+            for rl in json.loads(line)["resourceLogs"]:
+                for sl in rl["scopeLogs"]:
+                    for r in sl["logRecords"]:
+                        if r["body"].get("stringValue", "").startswith("rec "):
+                            keys.add(json.dumps(r["attributes"], sort_keys=True))
+    return len(keys)
+
+
+def test_otlp_json_files_keep_flowing_while_the_endpoint_is_down(tmp_path: Path) -> None:
+    """The endpoint and the OTLP/JSON files are two sinks with their own cursors: one that
+    refuses holds back neither the node log nor the other."""
+    _write(tmp_path)
+    receiver = OtlpReceiver()
+    out = tmp_path / "json"
+    with receiver:
+        receiver.status = 503
+        cfg = config(tmp_path, otlp_endpoint=receiver.endpoint, otlp_json=out)
+        with running(cfg):
+            wait_for(lambda: _node_log(tmp_path) == WRITERS * RECORDS, timeout=60, what="log")
+            wait_for(lambda: _json_records(out) == WRITERS * RECORDS, timeout=60, what="json")
+            assert _unique(receiver) == 0
+            receiver.status = 200
+            assert receiver.wait_for(lambda r: _unique(r) >= WRITERS * RECORDS, timeout=90)
+    assert _json_records(out) == WRITERS * RECORDS

@@ -60,14 +60,19 @@ def test_a_state_written_before_the_otlp_progress_was_typed_resumes_the_same(
     }  # fmt: skip
     st.state_path(tmp_path).write_bytes(orjson.dumps(old))
     loaded = st.load(tmp_path)
-    assert loaded is not None and loaded.otlp is not None
-    assert loaded.otlp.cursors == {"a.jsonl": (11, 200)} and loaded.otlp.skipped == 6
-    w = loaded.otlp.writers["w1"]
+    assert loaded is not None
+    progress = loaded.sinks["otlp"]
+    assert progress.cursors == {"a.jsonl": (11, 200)} and progress.skipped == 6
+    w = progress.writers["w1"]
     assert (w.budget, w.max_file, w.last_ts, w.identity) == (8192, 4096, 17, {"rank": 3})
     assert len(w.pending_reports) == 1 and list(w.open_spans) == ["00000000000000aa"]
-    assert orjson.loads(st.encode(loaded)) == old
+    # One cursor served the endpoint and the JSON files then: each sink resumes from it.
+    assert loaded.sinks["otlp_json"] is progress
+    doc = orjson.loads(st.encode(loaded))
+    assert doc["otlp"] == doc["otlp_json"] == old["otlp"]
+    assert {k: v for k, v in doc.items() if k != "otlp_json"} == old
     # Without OTLP then, an aggregator with OTLP now starts its cursors at every file's start.
     del old["otlp"]
     st.state_path(tmp_path).write_bytes(orjson.dumps(old))
     loaded = st.load(tmp_path)
-    assert loaded is not None and loaded.otlp is None
+    assert loaded is not None and loaded.sinks == {}

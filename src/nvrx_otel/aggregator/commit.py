@@ -43,7 +43,7 @@ class Progress:
     _log: NodeLogFile
     _out: Output
     _spool: SpoolDir
-    _otlp: OtlpExport | None
+    _sinks: dict[str, OtlpExport]
     _ledgers: DropLedgers
     _lock: JobLock
     _merge: ChronoMerge | None
@@ -104,8 +104,8 @@ class Progress:
         self._spool.scan()
         if saved is not None:
             self._spool.restore(saved.files)
-            if self._otlp is not None:
-                self._otlp.restore(saved.otlp)
+            for name, sink in self._sinks.items():
+                sink.restore(saved.sinks.get(name))
         if deleted:
             self._out.rotation_reports(deleted)
         # Commit before writing anything: a first run killed before its first regular
@@ -127,19 +127,21 @@ class Progress:
             backups=self._log.backups,
             rotating=rotating,
         )
-        otlp = self._otlp.state() if self._otlp is not None else None
+        sinks = {name: sink.state() for name, sink in self._sinks.items()}
         self._ensure_job_dir()
-        self._state.commit(st.State(files=files, log=log, totals=dict(self._totals), otlp=otlp))
+        self._state.commit(st.State(files=files, log=log, totals=dict(self._totals), sinks=sinks))
         for f in self._spool.tracked:
             f.committed = f.done
         self._ledgers.committed()
-        if self._otlp is not None:
-            self._otlp.committed()
+        for sink in self._sinks.values():
+            sink.committed()
         self._backlog_bytes = self._spool.backlog()
         self._dirty = False
         self._last_commit = time.monotonic()
-        if self._otlp is not None:
-            self._otlp.update(self._views())
+        if self._sinks:
+            views = self._views()
+            for sink in self._sinks.values():
+                sink.update(views)
 
     def _ensure_job_dir(self) -> None:
         """Make the job directory again if it was removed while served (a tmp cleaner, an
@@ -193,7 +195,7 @@ class Progress:
                 and not f.held
                 and not f.tail
                 and f.committed == f.offset == f.size
-                and (self._otlp is None or self._otlp.consumed(f.name, f.ino, f.size))
+                and all(s.consumed(f.name, f.ino, f.size) for s in self._sinks.values())
             ):
                 deleted = self._spool.delete(f) or deleted
         if deleted:

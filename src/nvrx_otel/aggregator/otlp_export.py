@@ -37,7 +37,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from nvrx_otel.aggregator.health import say
-from nvrx_otel.aggregator.otlp_delivery import Delivery, Exporter, JsonLines
+from nvrx_otel.aggregator.otlp_delivery import Delivery, Exporter
 from nvrx_otel.aggregator.otlp_files import (
     Batch,
     FileView,
@@ -54,7 +54,7 @@ from nvrx_otel.aggregator.reader import Chunk, SpoolFile
 from nvrx_otel.aggregator.state import OtlpProgress, WriterState
 from nvrx_otel.spool.paths import SpoolFileName, parse_name
 
-__all__ = ["FileView", "JsonLines", "OtlpExport"]
+__all__ = ["FileView", "OtlpExport"]
 
 BATCH_RECORDS: Final = 2048
 """Records (and spans) sent in one request."""
@@ -70,12 +70,12 @@ class OtlpExport:
         self,
         *,
         exporters: list[Exporter] | None = None,
-        json: JsonLines | None = None,
         on_report: Callable[[str], None] = say,
         has_endpoint: bool = False,
+        label: str = "OTLP",
     ) -> None:
         self.has_endpoint = has_endpoint  # health metrics go to the same endpoint
-        self.json = json
+        self.label = label
         self.on_report = on_report
         self.lock = threading.Lock()
         # Per spool file the reader position after everything queued or acknowledged.
@@ -94,7 +94,7 @@ class OtlpExport:
         self._queued = [0, 0]  # records and bytes in the queue
         self._ahead: set[str] = set()  # files taken past the last views (those are stale)
         self.delivery = Delivery(
-            list(exporters or []) + ([json] if json is not None else []),
+            list(exporters or []),
             on_report=on_report,
             give_way=self._under_pressure,
         )
@@ -205,7 +205,7 @@ class OtlpExport:
     def summary(self) -> str:
         e = self.exported
         text = (
-            f"OTLP: exported {e['logs']} log records, {e['spans']} spans, "
+            f"{self.label}: exported {e['logs']} log records, {e['spans']} spans, "
             f"{e['truncated']} truncated spans; {self.dropped} dropped"
         )
         if not self.caught_up():
@@ -213,7 +213,9 @@ class OtlpExport:
         return text
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="nvrx-otel-otlp", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"nvrx-otel-{self.label.lower()}", daemon=True
+        )
         self._thread.start()
 
     def drain_by(self, deadline: float) -> None:

@@ -39,12 +39,13 @@ from nvrx_otel.aggregator.lifecycle import (
 from nvrx_otel.aggregator.nodelog import NodeLogFile, escape
 from nvrx_otel.aggregator.output import Output, RecordSink
 from nvrx_otel.aggregator.reader import Chunk, read_chunk
-from nvrx_otel.aggregator.sinks import build_otlp
+from nvrx_otel.aggregator.sinks import build_sinks
 from nvrx_otel.aggregator.spooldir import SpoolDir
 from nvrx_otel.identity import get_identity
 from nvrx_otel.spool.paths import SpoolPathError, job_dir, safe_component
 
 if TYPE_CHECKING:
+    from nvrx_otel.aggregator.otlp_export import OtlpExport
     from nvrx_otel.aggregator.otlp_metrics import HealthMetrics
 
 __all__ = ["Aggregator", "AggregatorConfig", "AggregatorError", "RecordSink"]
@@ -89,9 +90,8 @@ class Aggregator(Progress):
             rotate=self._rotate,
         )
         self._spool = SpoolDir(self.job_dir, settle_s=config.settle_s)
-        self._otlp = build_otlp(config, self.node_id)
-        if self._otlp is not None:
-            self._out.loss_sinks.append(self._otlp.report)
+        self._sinks = build_sinks(config, self.node_id)
+        self._out.loss_sinks.extend(sink.report for sink in self._sinks.values())
         self._metrics: HealthMetrics | None = None
         self._backlog_bytes = 0
         self._merge = self._new_merge()
@@ -150,9 +150,9 @@ class Aggregator(Progress):
         try:
             self._fifo.start()
             lower_priority(self.config.nice)
-            if self._otlp is not None:
-                self._otlp.start()
-                self._start_metrics()
+            for sink in self._sinks.values():
+                sink.start()
+            self._start_metrics()
             self._loop()
             self.exit_code = 1 if self._broken else 0  # records it could not deliver stay
         except Exception:  # a bug, or storage gone for good: committed progress stays valid
@@ -187,13 +187,19 @@ class Aggregator(Progress):
         elif self._opened:
             self._close()
 
+    @property
+    def _otlp(self) -> OtlpExport | None:
+        """The OTLP endpoint's sink, else the OTLP/JSON one (None when OTLP is off)."""
+        return self._sinks.get("otlp") or self._sinks.get("otlp_json")
+
     def _start_metrics(self) -> None:
         """Health metrics over the same endpoint as the logs (when there is one)."""
-        if self._otlp is not None and self._otlp.has_endpoint:
+        otlp = self._sinks.get("otlp")
+        if otlp is not None:
             from nvrx_otel.aggregator.otlp_metrics import start_health_metrics
 
             self._metrics = start_health_metrics(
-                self.config, self.health, self._otlp, lambda: self._backlog_bytes
+                self.config, self.health, otlp, lambda: self._backlog_bytes
             )
 
     def _close(self) -> None:
@@ -201,8 +207,8 @@ class Aggregator(Progress):
         if self._metrics is not None:
             self._metrics.shutdown(1.0)
             self._metrics = None
-        if self._otlp is not None:
-            self._otlp.stop(time.monotonic())
+        for sink in self._sinks.values():
+            sink.stop(time.monotonic())
         self._spool.close()
         self._log.close()
         self._lock.release()
@@ -223,8 +229,8 @@ class Aggregator(Progress):
             stopping = self.stop_reason is not None
             if stopping and not announced:
                 announced = True
-                if self._otlp is not None:
-                    self._otlp.drain_by(self._deadline)
+                for sink in self._sinks.values():
+                    sink.drain_by(self._deadline)
                 say(
                     f"draining ({self.stop_reason}): reading until no writer is left, "
                     f"at most {cfg.drain_timeout:g} s"
@@ -297,7 +303,7 @@ class Aggregator(Progress):
                     limit=self.config.chunk_bytes,
                     want_ends=want_ends,
                     now_ns=now_ns,
-                    spans=self._otlp is not None,
+                    spans=bool(self._sinks),
                 )
                 if chunk is not None:
                     self._take(chunk, before)
@@ -314,15 +320,16 @@ class Aggregator(Progress):
             spool, self._out, self._log, self.health, self._totals
         ):
             self._dirty = True
-        if self._otlp is not None:
-            self._dirty = self._dirty or self._otlp.dirty
+        self._dirty = self._dirty or any(sink.dirty for sink in self._sinks.values())
         if not self._dirty:  # files become final with time alone: delete them all the same
             self._delete_consumed()
         if self._dirty and (not backlog or time.monotonic() - self._last_commit >= COMMIT_EVERY_S):
             self._commit()
             self._delete_consumed()
-        elif self._otlp is not None:  # finality and liveness change with time alone
-            self._otlp.update(self._views())
+        elif self._sinks:  # finality and liveness change with time alone
+            views = self._views()
+            for sink in self._sinks.values():
+                sink.update(views)
         return backlog
 
     def _take(self, chunk: Chunk, start: int) -> None:
@@ -340,13 +347,13 @@ class Aggregator(Progress):
             self._out.chunk(chunk)
         if not f.held:
             f.done = f.offset
-        if self._otlp is not None:
-            self._otlp.take(chunk, start)
+        for sink in self._sinks.values():
+            sink.take(chunk, start)
 
     # --- stopping and health ----------------------------------------------------------------
 
     def _drained(self) -> bool:
-        if self._otlp is not None and not self._otlp.caught_up():
+        if not all(sink.caught_up() for sink in self._sinks.values()):
             return False
         if not self._ledgers.settled():
             return False
@@ -364,12 +371,14 @@ class Aggregator(Progress):
             if self._merge is not None:
                 self._out.released(self._merge.pop(None))
             self._commit()
-            if self._otlp is not None:  # export what the node log has, within the drain time
-                deadline = self._deadline
-                if deadline == float("inf"):
-                    deadline = time.monotonic() + self.config.drain_timeout
-                self._otlp.stop(deadline)
-                say(self._otlp.summary())
+            deadline = self._deadline  # the sinks deliver what they hold within the drain
+            if deadline == float("inf"):
+                deadline = time.monotonic() + self.config.drain_timeout
+            for sink in self._sinks.values():
+                sink.drain_by(deadline)
+            for sink in self._sinks.values():
+                sink.stop(deadline)
+                say(sink.summary())
             self._delete_consumed()
             self._commit()
             live = self._spool.live_writers()

@@ -72,25 +72,30 @@ class Sink(Protocol):
     def summary(self) -> str: ...
 
 
-def build_otlp(config: Any, node_id: str) -> OtlpExport | None:
-    """The OTLP sink a config asks for (``otlp_endpoint`` or the ``OTEL_EXPORTER_OTLP_*``
-    variables, ``otlp_json``), or None (nothing of OTLP imported) when OTLP is off."""
+def build_sinks(config: Any, node_id: str) -> dict[str, OtlpExport]:
+    """The sinks a config asks for, by their name in the state: ``otlp`` (``otlp_endpoint``
+    or the ``OTEL_EXPORTER_OTLP_*`` variables) and ``otlp_json`` (``otlp_json``), each with
+    its own cursors, so files keep flowing while an endpoint is down. Empty (nothing of
+    OTLP imported) when OTLP is off."""
     from nvrx_otel.aggregator.otlp_transport import otlp_enabled
 
     endpoint: str | None = config.otlp_endpoint
     json_dir: Path | None = config.otlp_json
     on = otlp_enabled(endpoint=endpoint)
     if not on and json_dir is None:
-        return None
-    from nvrx_otel.aggregator.otlp_delivery import EndpointExporter, Exporter, JsonLines
+        return {}
+    from nvrx_otel.aggregator.otlp_delivery import EndpointExporter, JsonLines
     from nvrx_otel.aggregator.otlp_export import OtlpExport
     from nvrx_otel.aggregator.otlp_transport import Transport, resolve
     from nvrx_otel.spool.paths import safe_component
 
-    exporters: list[Exporter] = []
+    sinks: dict[str, OtlpExport] = {}
     if on:
         logs = Transport("logs", resolve("logs", base_endpoint=endpoint))
         traces = Transport("traces", resolve("traces", base_endpoint=endpoint))
-        exporters.append(EndpointExporter({"logs": logs, "traces": traces}))
-    json = JsonLines(json_dir, safe_component(node_id)) if json_dir is not None else None
-    return OtlpExport(exporters=exporters, json=json, has_endpoint=on)
+        exporter = EndpointExporter({"logs": logs, "traces": traces})
+        sinks["otlp"] = OtlpExport(exporters=[exporter], has_endpoint=True)
+    if json_dir is not None:
+        json = JsonLines(json_dir, safe_component(node_id))
+        sinks["otlp_json"] = OtlpExport(exporters=[json], label="OTLP/JSON")
+    return sinks

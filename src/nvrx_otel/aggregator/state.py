@@ -30,6 +30,8 @@ from nvrx_otel.aggregator.nodelog import Backup, RotationPlan, Stats
 from nvrx_otel.spool.paths import STATE_NAME
 
 STATE_VERSION: Final = 1
+SINKS: Final = ("otlp", "otlp_json")
+"""The sinks besides the node log, by the key their progress has in the state document."""
 
 
 class StateError(ValueError):
@@ -139,7 +141,7 @@ class State:
     files: dict[str, FileProgress] = field(default_factory=dict)
     log: LogProgress | None = None
     totals: dict[str, int] = field(default_factory=dict)
-    otlp: OtlpProgress | None = None  # None: OTLP was off
+    sinks: dict[str, OtlpProgress] = field(default_factory=dict)  # "otlp", "otlp_json"
     seq: int = 0  # commit counter: of the job directory's and the fallback's, the newer wins
 
 
@@ -170,7 +172,7 @@ def encode(state: State) -> bytes:
         "n": state.seq,
         "files": {n: [f.ino, f.offset, f.hdr] for n, f in state.files.items()},
         "totals": state.totals,
-        "otlp": None if state.otlp is None else state.otlp.to_json(),
+        **{name: progress.to_json() for name, progress in state.sinks.items()},
         "log": None
         if log is None
         else {
@@ -219,12 +221,19 @@ def decode(data: bytes) -> State:
                 backups=[_backup(b) for b in raw["backups"]],
                 rotating=None if raw.get("rotating") is None else _plan(raw["rotating"]),
             )
-        otlp = doc.get("otlp")
+        sinks = {
+            name: OtlpProgress.from_json(doc[name])
+            for name in SINKS
+            if isinstance(doc.get(name), dict)
+        }
+        if "otlp" in sinks and "otlp_json" not in doc:
+            # Written when one OTLP cursor served the endpoint and the JSON files alike.
+            sinks["otlp_json"] = sinks["otlp"]
         return State(
             files=files,
             log=log,
             totals=totals,
-            otlp=OtlpProgress.from_json(otlp) if isinstance(otlp, dict) else None,
+            sinks=sinks,
             seq=int(doc.get("n", 0)),
         )
     except StateError:

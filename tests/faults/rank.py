@@ -17,6 +17,8 @@ MODE:
              COUNT + 1 emitted.
   forks      a thread logs COUNT records while the main thread forks ARG children, each
              logging 50 records ``<tag>c<j>-<i>`` and leaving with os._exit(0).
+  seps       log COUNT records whose messages hold the line and paragraph separators
+             U+2028 and U+2029 (and a newline), then exit.
 
 The spool root is $NVRX_NODE_LOCAL_TMPDIR, given to ``setup_logger(node_local_tmp_dir=)``.
 Every mode emits an exact, known number of records, so the ledger needs no estimate.
@@ -141,6 +143,12 @@ def forks(tag: str, count: int, children: int) -> None:
         sys.exit(f"{failed} children failed")
 
 
+def seps(tag: str, count: int) -> None:
+    log = _logger()
+    for i in range(count):
+        log.info("%s-%d one\u2028two\u2029three\nfour", tag, i)
+
+
 def main() -> None:
     tag, count, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     arg = int(sys.argv[4]) if len(sys.argv) > 4 else 0
@@ -168,6 +176,8 @@ def main() -> None:
         big(tag, count, arg)
     elif mode == "forks":
         forks(tag, count, arg)
+    elif mode == "seps":
+        seps(tag, count)
     else:
         sys.exit(f"unknown mode {mode}")
     print("done", flush=True)

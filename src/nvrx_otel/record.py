@@ -1,99 +1,50 @@
 """The one record type that flows from a rank to the collector, and its codec.
 
+This module is the only code that knows the spool's bytes: every writer path (the stdlib
+fast path and handler, the loguru bridge, spans, drop records, file headers) builds its
+lines with the encoders below, and every reader decodes them with :func:`decode` and
+:func:`valid`. The speed tricks (line templates filled by one ``%``, identity fields
+spliced on as bytes) are encoders here too, so the bytes are defined in one place.
+
 A spool file is JSON lines (UTF-8, one record per ``\\n``-terminated line). Its first line
 is a header unique to its writer; every further line is one record whose ``k`` says what
 it is. Every front end (stdlib, loguru, the span exporter) produces these; every sink (node
 log, OTLP) consumes them. The full field list is in ``docs/spool-format.md``.
 
 Records stay plain dicts (what ``orjson.loads`` returns) so the aggregator pays nothing to
-convert them; the TypedDicts below say which keys exist.
+convert them; the TypedDicts of ``recordschema`` say which keys exist and
+:func:`valid` checks their types.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import Any, Final, TypedDict
+from typing import Any, Final
 
 import orjson
 
 from nvrx_otel.levels import SEVERITY_BY_LEVEL as SEVERITY_BY_LEVEL
 from nvrx_otel.levels import severity_of as severity_of
-
-SCHEMA_VERSION: Final = 1
-"""``v`` of every line; readers refuse other versions as corrupt rather than guess."""
-
-KIND_HEADER: Final = "hdr"
-KIND_LOG: Final = "log"
-KIND_DROP: Final = "drop"
-KIND_SPAN_START: Final = "span_start"
-KIND_SPAN_END: Final = "span_end"
-
-
-class Header(TypedDict, total=False):
-    """First line of a spool file: who writes it."""
-
-    v: int
-    k: str  # "hdr"
-    w: str  # writer id, 16 hex digits (random 64 bit), unique per process
-    f: int  # file index of this writer, 0, 1, 2, ... (rotation opens the next)
-    ts: int  # ns since the epoch when the file was opened
-    pid: int
-    ppid: int
-    proc: str  # process name (NVRx node_local_tmp_prefix) when given
-    res: dict[str, Any]  # the writer's OTel resource attributes
+from nvrx_otel.recordschema import FIELDS as FIELDS
+from nvrx_otel.recordschema import KIND_DROP as KIND_DROP
+from nvrx_otel.recordschema import KIND_HEADER as KIND_HEADER
+from nvrx_otel.recordschema import KIND_LOG as KIND_LOG
+from nvrx_otel.recordschema import KIND_SPAN_END as KIND_SPAN_END
+from nvrx_otel.recordschema import KIND_SPAN_START as KIND_SPAN_START
+from nvrx_otel.recordschema import SCHEMA_VERSION as SCHEMA_VERSION
+from nvrx_otel.recordschema import DropRecord as DropRecord
+from nvrx_otel.recordschema import Header as Header
+from nvrx_otel.recordschema import Identity as Identity
+from nvrx_otel.recordschema import LogRecord as LogRecord
+from nvrx_otel.recordschema import SpanRecord as SpanRecord
+from nvrx_otel.recordschema import check_of as check_of
+from nvrx_otel.recordschema import checks as checks
+from nvrx_otel.recordschema import valid as valid
 
 
-class Identity(TypedDict, total=False):
-    """Rank fields repeated in every record (absent = unknown), so each line stands alone."""
-
-    node: str
-    job: str
-    rank: int  # workload rank
-    lrank: int  # workload local rank
-    irank: int  # infra rank
-    ilrank: int  # infra local rank
-
-
-class LogRecord(Identity, total=False):
-    """One log call."""
-
-    v: int
-    k: str  # "log"
-    ts: int  # ns since the epoch at the call
-    sev: int  # OTel severity number
-    lvl: str  # level name (severity text): DEBUG, INFO, ..., TRACE, SUCCESS
-    lg: str  # logger name
-    msg: str  # formatted message
-    file: str  # base name of the call site's file; optional, readers derive it from path
-    path: str  # full path of the call site
-    line: int
-    fn: str  # function
-    pid: int
-    tid: int  # thread id
-    tn: str  # thread name
-    key: str  # nv.nvrx.record.key: "<writer>-<seq hex>", see seq_of
-    trace_id: str  # 32 lowercase hex, present inside a valid span
-    span_id: str  # 16 lowercase hex
-    tf: int  # trace flags
-    exc: str  # formatted exception (traceback) text
-    exc_type: str
-    exc_msg: str
-    attrs: dict[str, Any]  # extra attributes (stdlib ``extra``, loguru ``extra``)
-
-
-class DropRecord(Identity, total=False):
-    """Written by a writer once it can again: ``count`` records it could not spool."""
-
-    v: int
-    k: str  # "drop"
-    ts: int
-    pid: int
-    key: str
-    count: int
-    first_ts: int
-    last_ts: int
-    reason: str  # a semconv.DropReasonValues value
+def record_key(writer_id: str, seq: int) -> str:
+    """A record's ``key``: ``<writer>-<seq>`` with ``seq`` in lowercase hex."""
+    return f"{writer_id}-{seq:x}"
 
 
 def seq_of(key: str) -> int:
@@ -168,158 +119,119 @@ def _decode_lenient(line: bytes) -> Any:
     return obj
 
 
-# --- validation ----------------------------------------------------------------------------
+# --- encoders of the writer paths ------------------------------------------------------------
 
-_INT: Final = int
-_STR: Final = str
-_FIELD_TYPES: Final[dict[str, type]] = {
-    # every kind (the identity fields, ``pid`` and ``file`` are only shown, as they are)
-    "ts": _INT,
-    "key": _STR,
-    "trace_id": _STR,
-    "span_id": _STR,
-    "tf": _INT,
-    "attrs": dict,
-    # log
-    "sev": _INT,
-    "lvl": _STR,
-    "lg": _STR,
-    "msg": _STR,
-    "path": _STR,
-    "line": _INT,
-    "fn": _STR,
-    "tid": _INT,
-    "tn": _STR,
-    "exc": _STR,
-    "exc_type": _STR,
-    "exc_msg": _STR,
-    # drop
-    "count": _INT,
-    "first_ts": _INT,
-    "last_ts": _INT,
-    "reason": _STR,
-    # header
-    "w": _STR,
-    "f": _INT,
-    "res": dict,
-    "budget": _INT,
-    "max": _INT,
-    # spans
-    "parent_id": _STR,
-    "name": _STR,
-    "scope": _STR,
-    "scope_v": _STR,
-    "kind": _INT,
-    "start": _INT,
-    "links": list,
-    "events": list,
-    "status": dict,
-    "dropped": dict,
-}
-"""The JSON type of every field a sink interprets (``bool`` is not an ``int`` here)."""
-_NULLABLE: Final = frozenset({"path", "fn", "tn", "tid", "line", "parent_id", "scope_v", "attrs"})
-"""Fields that may be ``null`` (stdlib leaves a record's thread or function unset)."""
+json_value: Final = orjson.dumps
+"""A value's JSON bytes, as a template's ``%b`` takes them (``msg``); raises on lone
+surrogates and odd types, where a caller takes the full path (:func:`encode`)."""
 
-_REQUIRED: Final[dict[str, tuple[str, ...]]] = {
-    KIND_LOG: ("ts",),
-    KIND_DROP: ("ts",),
-    KIND_HEADER: (),
-    KIND_SPAN_START: ("ts", "trace_id", "span_id"),
-    KIND_SPAN_END: ("ts", "trace_id", "span_id"),
-}
-
-_MAX_SHAPES: Final = 4096
-_checks: dict[tuple[str, ...], Callable[[dict[str, Any]], bool]] = {}
-"""A compiled check per record shape (its keys in order): a call site's records share one."""
+_LOG_TEMPLATE: Final = b'"ts":%%d,"msg":%%b,%%b%%b"key":"%b-%%x"'
 
 
-def valid(record: dict[str, Any]) -> bool:
-    """True when every field a reader interprets has its documented type, the fields its
-    kind needs are there, and ids are hex of the right length.
-
-    A record failing this is corrupt (counted and reported like undecodable bytes) rather
-    than reaching a sink that would fail on it. Cheap: records of one shape (the same keys
-    in the same order, as a call site writes them) share one check compiled to a single
-    expression of type tests.
-    """
-    keys = tuple(record)
-    check = _checks.get(keys)
-    if check is None:
-        if len(_checks) >= _MAX_SHAPES:
-            _checks.clear()
-        check = _checks[keys] = _compile(keys)
-    return check(record)
+def encoded_fields(fields: dict[str, Any]) -> bytes:
+    """``fields`` as the inside of a JSON object followed by a comma (never raises)."""
+    return encode(fields)[1:-2] + b","
 
 
-def _compile(keys: tuple[str, ...]) -> Callable[[dict[str, Any]], bool]:
-    """The check of records with exactly these keys. Only field names of
-    ``_FIELD_TYPES`` (constants of this module) go into the generated source."""
-    present = set(keys)
-    kinds = frozenset(
-        kind for kind, needed in _REQUIRED.items() if all(f in present for f in needed)
+def identity_suffix(fields: dict[str, Any]) -> bytes:
+    """The identity fields (and ``pid``) as the end of a line, spliced onto a record's
+    encoding in place of its closing ``}``: ``,"node":…}\n``."""
+    return b"," + encode(fields)[1:]
+
+
+def log_head(sev: int, lvl: str, lg: str) -> bytes:
+    """The constant start of a log line of one logger and level:
+    ``{"v":1,"k":"log","sev":…,"lvl":…,"lg":…,``."""
+    fields = {"v": SCHEMA_VERSION, "k": KIND_LOG, "sev": sev, "lvl": lvl, "lg": lg}
+    return b"{" + encoded_fields(fields)
+
+
+def log_template(head: bytes, writer_id: str, suffix: bytes, *, trace: bool) -> bytes:
+    """A plain log line as a ``%`` template of one logger, level and writer: ``head``
+    (:func:`log_head`), then ``ts`` (int), ``msg`` (its JSON bytes), two runs of fields
+    ending in a comma (:func:`encoded_fields`: call site, thread), the writer's ``seq``
+    (int, written in hex) and, with ``trace``, the ids (``_tracectx.encoded_ids`` bytes),
+    then the identity ``suffix``."""
+    return (
+        head.replace(b"%", b"%%")
+        + _LOG_TEMPLATE % writer_id.encode()
+        + (b"%b" if trace else b"")
+        + suffix.replace(b"%", b"%%")
     )
-    terms = ["d.get('k') in kinds"]
-    for name, want in _FIELD_TYPES.items():
-        if name not in present:
-            continue
-        test = f"type(d[{name!r}]) is {want.__name__}"
-        if name in _NULLABLE:
-            test = f"({test} or d[{name!r}] is None)"
-        terms.append(test)
-    if "trace_id" in present or "parent_id" in present:
-        terms.append("ids_ok(d)")
-    # names bound as defaults: locals are faster to load than globals
-    names = "type=type, int=int, str=str, dict=dict, list=list, kinds=kinds, ids_ok=ids_ok"
-    source = f"lambda d, {names}: " + " and ".join(terms)  # each term is a bool
-    scope = {"kinds": kinds, "ids_ok": _ids_ok}
-    check: Callable[[dict[str, Any]], bool] = eval(source, scope)
-    return check
 
 
-def _hex(value: Any, length: int) -> bool:
-    if not isinstance(value, str) or len(value) != length:
-        return False
+def spliced_line(record: dict[str, Any], suffix: bytes) -> bytes:
+    """``record`` (``v`` and ``key`` set) with the writer's identity ``suffix`` spliced on
+    as bytes instead of merged into the dict: one line."""
     try:
-        bytes.fromhex(value)
-    except ValueError:
-        return False
-    return True
+        body = orjson.dumps(record)
+    except (TypeError, orjson.JSONEncodeError):
+        body = encode(record)[:-1]
+    return body[:-1] + suffix
 
 
-def _ids_ok(record: dict[str, Any]) -> bool:
-    if "trace_id" in record and not (
-        _hex(record["trace_id"], 32) and _hex(record.get("span_id"), 16)
-    ):
-        return False
-    parent = record.get("parent_id")
-    if parent and not _hex(parent, 16):
-        return False
-    if record.get("k") in (KIND_SPAN_START, KIND_SPAN_END):
-        return _span_parts_ok(record)
-    return True
+def headed_line(head: bytes, fields: dict[str, Any], suffix: bytes) -> bytes:
+    """A log line from its cached ``head`` (:func:`log_head`), the rest of its ``fields``
+    and the identity ``suffix``."""
+    try:
+        body = orjson.dumps(fields)
+    except (TypeError, orjson.JSONEncodeError):
+        body = encode(fields)[:-1]
+    return head + body[1:-1] + suffix
 
 
-def _span_parts_ok(record: dict[str, Any]) -> bool:
-    """Events, links, status and dropped counts of a span record have their types."""
-    for event in record.get("events") or ():
-        if not isinstance(event, dict) or type(event.get("ts", 0)) is not int:
-            return False
-        if not isinstance(event.get("name", ""), str):
-            return False
-        if not isinstance(event.get("attrs") or {}, dict):
-            return False
-    for link in record.get("links") or ():
-        if not isinstance(link, dict):
-            return False
-        if not (_hex(link.get("trace_id"), 32) and _hex(link.get("span_id"), 16)):
-            return False
-        if not isinstance(link.get("attrs") or {}, dict):
-            return False
-    status = record.get("status") or {}
-    if type(status.get("code", 0)) is not int or not isinstance(status.get("msg", ""), str):
-        return False
-    dropped = record.get("dropped") or {}
-    if any(type(v) is not int for v in dropped.values()):
-        return False
-    kind = record.get("kind", 0)
-    return bool(0 <= kind <= 4 and 0 <= record.get("tf", 1) <= 0xFF)
+def header_line(
+    *,
+    writer_id: str,
+    index: int,
+    ts: int,
+    pid: int,
+    ppid: int,
+    proc: str,
+    budget: int,
+    max_file_size: int,
+    resource: dict[str, Any],
+) -> bytes:
+    """The first line of a writer's file ``index`` (``res`` last: the collector's filelog
+    mode takes it with a pattern anchored at the end of the line)."""
+    header = {
+        "v": SCHEMA_VERSION,
+        "k": KIND_HEADER,
+        "w": writer_id,
+        "f": index,
+        "ts": ts,
+        "pid": pid,
+        "ppid": ppid,
+        "proc": proc,
+        "budget": budget,
+        "max": max_file_size,
+        "res": resource,
+    }
+    return encode(header)
+
+
+def drop_line(
+    *,
+    writer_id: str,
+    seq: int,
+    ts: int,
+    count: int,
+    first_ts: int,
+    last_ts: int,
+    reason: str,
+    identity: dict[str, Any],
+) -> bytes:
+    """A ``drop`` record: ``count`` records of the writer between ``first_ts`` and
+    ``last_ts`` could not be spooled, for ``reason``."""
+    drop = {
+        "v": SCHEMA_VERSION,
+        "k": KIND_DROP,
+        "ts": ts,
+        "count": count,
+        "first_ts": first_ts,
+        "last_ts": last_ts,
+        "reason": reason,
+        "key": record_key(writer_id, seq),
+    }
+    drop.update(identity)
+    return encode(drop)

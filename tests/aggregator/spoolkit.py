@@ -89,7 +89,7 @@ class FakeWriter:
     def record(self, msg: str, **fields: Any) -> dict[str, Any]:
         d: dict[str, Any] = {"v": 1, "k": "log", "ts": time.time_ns(), "sev": 9, "lvl": "INFO"}
         d.update({"lg": "t", "msg": msg, "file": "train.py", "line": 7, "pid": self.pid})
-        d["key"] = f"{self.writer}-{self.seq}"
+        d["key"] = f"{self.writer}-{self.seq:x}"
         d.update(self.identity)
         d.update(fields)
         self.seq += 1
@@ -106,7 +106,7 @@ class FakeWriter:
     def drop(self, count: int, first_ts: int, last_ts: int, reason: str = "budget") -> None:
         d: dict[str, Any] = {"v": 1, "k": "drop", "ts": time.time_ns(), "pid": self.pid}
         d.update({"count": count, "first_ts": first_ts, "last_ts": last_ts, "reason": reason})
-        d["key"] = f"{self.writer}-{self.seq}"
+        d["key"] = f"{self.writer}-{self.seq:x}"
         d.update(self.identity)
         self.seq += 1
         self.raw(rec.encode(d))

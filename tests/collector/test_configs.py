@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from nvrx_otel import record as rec
 from nvrx_otel import semconv
 from tests.collector.harness import CONFIG_DIR, MakeCollector, Ports, agent_env, run_validate
 
@@ -124,3 +125,31 @@ def test_attribute_names_in_configs_are_semconv() -> None:
     mapped = set(re.findall(r'set\(log\.attributes\["([^"]+)"\]', text))
     assert mapped
     assert mapped <= known, mapped - known
+
+
+def test_filelog_mode_parses_exactly_the_fields_the_codec_writes() -> None:
+    """The filelog overlay reads spool lines itself: the fields its operators and statements
+    use, and the raw fields it removes, are the fields of the codec's table for the lines it
+    maps (``log`` and ``drop``); its header pattern matches the codec's header line and
+    takes ``res`` from it. Runs without the collector binary."""
+    text = (CONFIG_DIR / "agent-filelog.yaml").read_text()
+    config = yaml.safe_load(text)
+    receiver = config["receivers"]["file_log/spool"]
+    internal = {"hdr_res"}  # the header's resource, carried by the overlay itself
+    used = set(re.findall(r"attributes\.([a-z_]+)\b", text))
+    used |= set(re.findall(r'log\.attributes\["([a-z_]+)"\]', text))
+    (raw,) = re.findall(r'delete_matching_keys\(log\.attributes, "\^\(([^)]*)\)\$"\)', text)
+    removed = set(raw.split("|"))
+    mapped = rec.FIELDS[rec.KIND_LOG] | rec.FIELDS[rec.KIND_DROP]
+    assert removed == mapped, (removed - mapped, mapped - removed)
+    assert used - internal <= mapped, used - internal - mapped
+    header = rec.header_line(
+        writer_id="00000000000000aa", index=0, ts=1, pid=2, ppid=1, proc="rank0",
+        budget=1 << 20, max_file_size=1 << 16, resource={"service.name": "x", "n": {"a": 1}},
+    ).rstrip(b"\n").decode()  # fmt: skip
+    assert re.match(receiver["header"]["pattern"], header)
+    (op,) = receiver["header"]["metadata_operators"]
+    found = re.search(op["regex"], header)
+    assert found is not None
+    assert yaml.safe_load(found.group("hdr_res")) == {"service.name": "x", "n": {"a": 1}}
+    assert rec.FIELDS[rec.KIND_HEADER] >= {"res", "budget", "max"}

@@ -72,7 +72,7 @@ def kill_span(tag: str, count: int) -> None:
 def torn(tag: str, count: int) -> None:
     from pathlib import Path
 
-    from nvrx_otel.spool.writer import writer_for_root
+    from nvrx_otel.spool.registry import writer_for_root
 
     w = writer_for_root(os.environ["NVRX_NODE_LOCAL_TMPDIR"])
     for i in range(count):

@@ -11,7 +11,7 @@ import pytest
 
 from nvrx_otel import record as rec
 from tests.aggregator.spoolkit import FakeWriter, wait_for
-from tests.faults.ledger import LedgerError, count_node_log, defect, settle
+from tests.faults.ledger import LedgerError, count_node_log, settle
 from tests.faults.node import Node, finish
 from tests.otlp_receiver import OtlpReceiver
 
@@ -133,7 +133,6 @@ def test_fork_storm_with_logging_thread(tmp_path: Path) -> None:
     settle("fork storm with logging thread", 2 * (count + children * 50), node.log_path)
 
 
-@defect("a live spool file truncated under the reader: records lost unreported")
 def test_live_spool_file_truncated_under_the_reader(tmp_path: Path) -> None:
     """Something cuts a live spool file to half its length after the aggregator read it;
     the writer goes on appending. Nothing read is written twice and every record the

@@ -127,7 +127,7 @@ _SIGNAL_SCRIPT = textwrap.dedent(
     os.environ["NVRX_LOG_MAX_FILE_SIZE_KB"] = "4"
     os.environ["NVRX_OTEL_SPOOL_BUDGET_MB"] = "512"
     from nvrx_otel.logging import setup_logger
-    from nvrx_otel.spool.writer import close_writers
+    from nvrx_otel.spool.registry import close_writers
 
     log = setup_logger(node_local_tmp_dir=sys.argv[1])
     emitted = [0]

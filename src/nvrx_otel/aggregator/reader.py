@@ -77,6 +77,9 @@ class SpoolFile:
     long_scan: int = 0  # an over-long line at ``offset`` has no ``\n`` before this offset
     seq: int = -1  # sequence number of the last writer record read (record.seq_of)
     resync: int = -1  # after a truncation: records up to this sequence number were read
+    resync_bad: int = 0  # lines after the cut that were not records, before the next record
+    last_len: int = 0  # length of the last line read, which ends at ``offset`` (0: unknown)
+    last_crc: int = 0  # its crc32: the bytes before ``offset`` must still be that line
 
     @property
     def writer(self) -> str:
@@ -142,20 +145,30 @@ def writer_gone(f: SpoolFile) -> bool:
     return True
 
 
-def _window(f: SpoolFile, limit: int, end: int | None) -> tuple[bytes, int]:
+def _window(f: SpoolFile, limit: int, end: int | None) -> tuple[bytes, int, bool]:
     """Bytes from ``f.offset`` holding at least one complete line if the file has one
-    within MAX_LINE (and before ``end``), and the file size seen (at most ``end``)."""
+    within MAX_LINE (and before ``end``), the file size seen (at most ``end``), and whether
+    the file still holds what was read: it is not shorter than ``f.offset`` and, when new
+    bytes follow, the last line read still ends there (read in the same ``pread``). A file
+    cut and grown back past the offset has other bytes there."""
     size = os.fstat(f.fd).st_size
     if size < f.offset:
-        return b"", size
+        return b"", size, False
     if end is not None:
         size = min(size, end)
     want = min(limit, max(0, size - f.offset))
-    data = os.pread(f.fd, want, f.offset) if want else b""
+    if not want:
+        return b"", size, True
+    back = min(f.last_len, f.offset)
+    data = os.pread(f.fd, want + back, f.offset - back)
+    if back:
+        if len(data) < back or zlib.crc32(data[:back]) != f.last_crc:
+            return b"", size, False
+        data = data[back:]
     while b"\n" not in data and len(data) == want and want < MAX_LINE and f.offset + want < size:
         want = min(MAX_LINE, want * 4, size - f.offset)
         data = os.pread(f.fd, want, f.offset)
-    return data, size
+    return data, size, True
 
 
 def _skip_long_line(f: SpoolFile, start: int, size: int) -> int | None:
@@ -192,19 +205,22 @@ def read_chunk(
     ``end``: read nothing at or after this offset (the file ends there for this call).
     ``spans``: collect span records in :attr:`Chunk.spans` instead of skipping them.
     """
-    data, size = _window(f, limit, end)
+    data, size, intact = _window(f, limit, end)
     f.size = size
     start = f.offset
-    if size < start:  # truncated under us: writers never do that; read on from the cut
+    if not intact:  # truncated under us: writers never do that; read on from the cut
         f.resync = max(f.resync, f.seq)
-        start = f.offset = f.done = f.long_scan = 0
-        data, size = _window(f, limit, end)
+        f.resync_bad = 0
+        start = f.offset = f.done = f.long_scan = f.last_len = 0
+        data, size, _ = _window(f, limit, end)
     skipped = lost = 0
     if f.resync >= 0:
-        skipped, seq = _resync(data, f.resync)
+        skipped, seq, bad = _resync(data, f.resync)
         if seq >= 0:
-            lost = seq - f.resync - 1
+            # the lines after the cut that were not records are reported as corrupt
+            lost = max(0, seq - f.resync - 1 - f.resync_bad - bad)
             f.resync = -1
+            f.resync_bad = 0
         if skipped:
             start = f.offset = f.done = start + skipped
             data = data[skipped:]
@@ -235,7 +251,8 @@ def read_chunk(
     chunk.spans = out_spans
     if lost > 0:  # the records the truncation cut, before the first one after it
         _report_corrupt(chunk, lost, start, f.last_ts, now_ns, None)
-    valid = rec.valid
+    checks_get = rec.checks().get
+    check_of = rec.check_of
     append = records.append
     loads = orjson.loads
     decode = rec.decode
@@ -249,7 +266,7 @@ def read_chunk(
         try:
             d = loads(ln)
             kind = d["k"]
-            if d["v"] != version or not valid(d):
+            if d["v"] != version or not (checks_get(tuple(d)) or check_of(tuple(d)))(d):
                 raise ValueError
         except Exception:
             if not ln:
@@ -296,6 +313,14 @@ def read_chunk(
             f.identity = reports.identity_of(last) or f.identity
     if chunk.end > start:
         f.seq = max(f.seq, _last_seq(records, out_spans, f.seq))
+        if f.resync >= 0:  # still no record after the cut: its lines were all corrupt
+            f.resync_bad += chunk.corrupt
+    if body and chunk.end == start + len(body):
+        at = body.rfind(b"\n", 0, len(body) - 1) + 1
+        f.last_len = len(body) - at
+        f.last_crc = zlib.crc32(body[at:])
+    elif chunk.end != start:
+        f.last_len = 0  # ends after a torn or skipped line: nothing to compare
     f.offset = chunk.end
     if f.tail and chunk.end != start + len(body):
         f.tail = 0
@@ -340,22 +365,31 @@ def _last_seq(
     return best
 
 
-def _resync(data: bytes, upto: int) -> tuple[int, int]:
-    """After a truncation: how many leading bytes of ``data`` hold records already read
-    (sequence number up to ``upto``), and the sequence number of the first record after
-    them (-1 when ``data`` holds none yet)."""
+def _resync(data: bytes, upto: int) -> tuple[int, int, int]:
+    """After a truncation: how many leading bytes of ``data`` hold lines already read
+    (records with a sequence number up to ``upto``, and lines before them), the sequence
+    number of the first record after them (-1 when ``data`` holds none yet), and how many
+    lines between are not records (the normal reading reports those as corrupt)."""
     pos = 0
+    stop = -1  # start of the first line after the last record read before
+    bad = 0
     while True:
         cut = data.find(b"\n", pos)
         if cut < 0:
-            return pos, -1
+            return (pos if stop < 0 else stop), -1, bad
         try:
             d = rec.decode(data[pos:cut])
         except ValueError:
-            return pos, -1  # not a record: the normal reading reports it
+            if cut > pos and not _unusable_header(data[pos:cut]):
+                bad += 1
+            if stop < 0:
+                stop = pos
+            pos = cut + 1
+            continue
         seq = -1 if d["k"] == rec.KIND_HEADER else _seq(d)
         if seq > upto:
-            return pos, seq
+            return (pos if stop < 0 else stop), seq, bad
+        stop, bad = -1, 0  # lines before a record read before were read before too
         pos = cut + 1
 
 

@@ -25,8 +25,6 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any, cast
 
-import orjson
-
 from nvrx_otel import _tracectx, levels
 from nvrx_otel import record as rec
 from nvrx_otel.logging.handler import (
@@ -40,7 +38,7 @@ from nvrx_otel.logging.watched import WatchedList
 from nvrx_otel.spool import writer as spool_writer
 
 _SRCFILE = os.path.normcase(logging.addLevelName.__code__.co_filename)
-_dumps = orjson.dumps
+_dumps = rec.json_value
 _time_ns = time.time_ns
 _get_ident = threading.get_ident
 _context = _tracectx.context
@@ -83,7 +81,6 @@ def _stack_text(frame: FrameType) -> str:
 # A plain call's line is one bytes formatting of a per-level template (level head, writer
 # id and identity filled in) with the time, message, call site, thread, seq and trace ids;
 # all but the time, the message and the seq are cached as ready bytes.
-_TEMPLATE = b'"ts":%%d,"msg":%%b,%%b%%b"key":"%b-%%x"'
 _TEMPLATE_SLOTS = 52  # templates by level (10, 20, ... 50) and level + 1 (traced)
 _MAX_SITES = 4096  # call sites cached per logger; beyond, the cache starts over
 
@@ -167,14 +164,9 @@ class _Fast:
         """The constant head of every line of this logger at ``level``."""
         head = self.prefixes.get(level)
         if head is None:
-            fields = {
-                "v": rec.SCHEMA_VERSION,
-                "k": rec.KIND_LOG,
-                "sev": levels.severity_of(level),
-                "lvl": logging.getLevelName(level),
-                "lg": self.logger.name,
-            }
-            head = self.prefixes[level] = b"{" + encoded_fields(fields)
+            head = self.prefixes[level] = rec.log_head(
+                levels.severity_of(level), logging.getLevelName(level), self.logger.name
+            )
         return head
 
     def writer_started(self) -> None:
@@ -186,11 +178,8 @@ class _Fast:
         with a last ``%b`` for the trace ids (the level methods' levels are multiples of 10)."""
         w = self.handler.writer
         traced = slot % 10 == 1
-        template = (
-            self.prefix(slot - traced).replace(b"%", b"%%")
-            + _TEMPLATE % w.key_head
-            + (b"%b" if traced else b"")
-            + w.identity_suffix.replace(b"%", b"%%")
+        template = rec.log_template(
+            self.prefix(slot - traced), w.writer_id, w.identity_suffix, trace=traced
         )
         self.templates[slot] = template
         return template
@@ -328,7 +317,7 @@ def _level_method(level: int) -> Callable[..., None]:
             trace = last[1] if last[0] is context else fast.trace(context)
             w = fast.handler.writer
             templates = fast.templates
-            seq = next(w._seq)
+            seq = next(w.counter)
             ts = _time_ns()
             if trace:
                 template = templates[level + 1] or fast.template(level + 1)
@@ -336,19 +325,20 @@ def _level_method(level: int) -> Callable[..., None]:
             else:
                 template = templates[level] or fast.template(level)
                 line = template % (ts, message, site, thread, seq)
-            # SpoolWriter.write_line's lock-free case, inline; the writer does the rest.
+            # The writer's append window (SpoolWriter's docstring), inline; write_line does
+            # the rest.
             n = len(line)
-            if w._size + n > w._limit:
+            if w.size + n > w.limit:
                 w.write_line(line, ts)
                 return
-            fd = w._fd
+            fd = w.fd
             try:
-                written = _append(fd, line, w._size)
+                written = _append(fd, line, w.size)
             except OSError as exc:
                 w.write_failed(exc, ts)
                 return
             if written == n:
-                w._size += n
+                w.size += n
             else:
                 w.finish_short_write(fd, line, written, ts)
         except Exception as exc:

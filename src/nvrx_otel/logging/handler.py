@@ -20,9 +20,10 @@ from nvrx_otel import record as rec
 from nvrx_otel.identity import get_identity
 from nvrx_otel.logging.watched import WatchedList
 from nvrx_otel.spool.paths import job_dir
-from nvrx_otel.spool.writer import DEFAULT_MAX_FILE_SIZE, SpoolWriter, writer_for_root
+from nvrx_otel.spool.registry import writer_for_root
+from nvrx_otel.spool.writer import DEFAULT_MAX_FILE_SIZE, SpoolWriter
 
-_dumps = orjson.dumps
+_dumps = rec.json_value
 _LEAN_INPUTS = frozenset({"level", "filters"})  # a SpoolHandler's, for the lean path
 
 SPOOLED_ATTR = "nvrx_spooled"
@@ -129,15 +130,12 @@ def from_log_record(lr: logging.LogRecord) -> dict[str, Any]:
     return out
 
 
-def encoded_fields(fields: dict[str, Any]) -> bytes:
-    """``fields`` as the inside of a JSON object followed by a comma (never raises)."""
-    return rec.encode(fields)[1:-2] + b","
+encoded_fields = rec.encoded_fields
 
 
 # A plain record's line (no exception, stack or extra fields) is one bytes formatting of a
 # template per logger and level (head, writer id and identity filled in) with the time,
 # message, call site, thread, seq and trace ids; site and thread come from caches.
-_LINE = b'"ts":%%d,"msg":%%b,%%b%%b"key":"%b-%%x"%%b'
 _MAX_CACHED = 4096  # entries per cache; beyond, it starts over
 _UNSET = object()
 
@@ -180,25 +178,14 @@ class _Lines:
             trace = _tracectx.encoded_ids(ctx)
             if ctx is not None:
                 self.last_ctx = (ctx, trace)
-        seq = next(self.writer._seq)
+        seq = next(self.writer.counter)
         return template % (int(lr.created * 1_000_000_000), message, site, thread, seq, trace)
 
     def _template(self, head: tuple[str, int, str]) -> bytes:
         name, levelno, levelname = head
         w = self.writer
-        fields = {
-            "v": rec.SCHEMA_VERSION,
-            "k": rec.KIND_LOG,
-            "sev": levels.severity_of(levelno),
-            "lvl": levelname,
-            "lg": name,
-        }
-        template = (
-            b"{"
-            + encoded_fields(fields).replace(b"%", b"%%")
-            + _LINE % w.key_head
-            + w.identity_suffix.replace(b"%", b"%%")
-        )
+        start = rec.log_head(levels.severity_of(levelno), levelname, name)
+        template = rec.log_template(start, w.writer_id, w.identity_suffix, trace=True)
         return self._cache(self.templates, head, template)
 
     @staticmethod

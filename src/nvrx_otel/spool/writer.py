@@ -13,8 +13,6 @@ Records over the size cap (``NVRX_OTEL_MAX_RECORD_KB``) are cut on the slow path
 
 from __future__ import annotations
 
-import atexit
-import fcntl
 import itertools
 import os
 import sys
@@ -25,26 +23,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-import orjson
-
 from nvrx_otel import env
 from nvrx_otel import record as rec
 from nvrx_otel.identity import get_identity, record_fields
 from nvrx_otel.semconv import DropReasonValues
-from nvrx_otel.spool import truncate, wake
-from nvrx_otel.spool.paths import SpoolFileName, SpoolPathError, check_dir, job_dir
-from nvrx_otel.spool.sidecar import DropLedger
+from nvrx_otel.spool import rotation, truncate, wake
+from nvrx_otel.spool.drops import DropCount
+from nvrx_otel.spool.paths import SpoolFileName, check_dir
 
-_dumps = orjson.dumps
 DEFAULT_MAX_FILE_SIZE: Final = env.SPOOL_FILE_SIZE_KB.default * 1024
 DEFAULT_MAX_FILES: Final = env.SPOOL_FILES.default
 _RECHECK_NS: Final = 50_000_000  # while dropping, look for freed space at most every 50 ms
 _REOPEN_NS: Final = 1_000_000_000  # after a failed open, try again at most every second
 _BUDGET: Final = DropReasonValues.BUDGET.value
 _WRITE_ERROR: Final = DropReasonValues.WRITE_ERROR.value
-_OPEN_FLAGS: Final = (
-    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-)
 
 
 def _write_appending(fd: int, data: bytes, offset: int) -> int:
@@ -70,10 +62,25 @@ def _report(message: str) -> None:
 
 
 class SpoolWriter:
-    """Appends records to ``<directory>/<proc>.p<pid>.<writer>.<index>.jsonl`` files.
+    """Appends lines to ``<directory>/<proc>.p<pid>.<writer>.<index>.jsonl`` files.
 
-    ``emit`` never raises: a record that cannot be written is counted and reported in
-    a ``drop`` record as soon as writing works again (or at exit).
+    The writer appends bytes; the lines come from ``record`` (the codec). ``emit``,
+    ``write_line`` and ``close`` never raise: a record that cannot be written is counted
+    and reported in a ``drop`` record as soon as writing works again (or at exit).
+
+    Public state, for front ends that build whole lines themselves:
+
+    - ``counter``: ``next(writer.counter)`` numbers a record (its ``key``'s ``seq``,
+      ``record.record_key``); every record the writer emits takes one, across its files.
+    - The *append window* ``fd``, ``size``, ``limit``: while ``size + len(line) <=
+      limit`` a caller may append a whole ``line`` without the writer's lock as
+      ``write_line`` does: ``n = append(fd, line, size)``, then ``size += n`` when ``n``
+      is the line's length, else ``finish_short_write(fd, line, n, ts)``; an ``OSError``
+      goes to ``write_failed(exc, ts)``. Anything else (the window closed, ``limit`` -1)
+      goes through ``write_line``, which rotates, enforces the budget and reports drops.
+      The logging fast path does this inline: a call saved is ~3% of a log call.
+    - ``identity_suffix``, ``identity_fields``, ``writer_id``: what its lines end with
+      and their keys start with; ``watch_starts`` says when they change.
     """
 
     def __init__(
@@ -88,8 +95,8 @@ class SpoolWriter:
         check_dir(directory, create=True)
         self.directory = directory
         self.proc = proc
-        self._limit = -1
-        self._fd = -1
+        self.limit = -1
+        self.fd = -1
         self.configure(max_file_size, budget, max_record)
         # Reentrant, so that a signal handler logging while its own thread holds it finds
         # ``_busy`` set (and drops) instead of waiting for itself forever.
@@ -119,32 +126,30 @@ class SpoolWriter:
         forked child's, or a new process name's (new writer id, identity and key)."""
         self._start_watchers.add(watcher)
 
+    def rename(self, proc: str) -> None:
+        """Take the process name ``proc`` (NVRx's file prefix) from the next file on: a
+        new writer id and identity (only while no file is open)."""
+        if self.fd < 0 and proc != self.proc:
+            self.proc = proc
+            self._start()
+
     # -- state that a forked child must replace ------------------------------------------
 
     def _start(self) -> None:
         ident = get_identity()
         self.writer_id = os.urandom(8).hex()
-        self.key_head = self.writer_id.encode()  # the records' keys are b"<key_head>-<seq>"
         self.pid = os.getpid()
-        self._seq = itertools.count()
-        self._fd = -1
-        self._index = -1
-        self._size = 0
-        # How large the current file may grow on the lock-free path: max_file_size, or -1
-        # while the slow path must run first (no file, drops to report, a torn line to end).
-        self._limit = -1
-        self._files: list[tuple[str, int]] = []  # (name, bytes) of files this writer made
-        self._retired: list[int] = []  # fds of older files, closed one rotation later
+        self.counter = itertools.count()
+        self.fd = -1
+        self.size = 0
+        # The append window (see the class docstring): how large the current file may grow
+        # on the lock-free path, or -1 while the slow path must run first (no file, drops
+        # to report, a torn line to end).
+        self.limit = -1
+        self._files = rotation.Files()
         self._need_newline = False
         self._next_try_ns = 0
-        self._dropped = 0
-        self._drop_reason = ""
-        self._drop_first = 0
-        self._drop_last = 0
-        self._drop_total = 0  # every drop since the start, in the ledger too
-        self._drop_written = 0  # of which drop records hold this many
-        self._ledger: DropLedger | None = None
-        self._ledger_tried = False
+        self.drops = DropCount()
         self._woke_ns = 0
         self._errors_reported: set[str] = set()
         # The identity table's fields, with pid after the first (node), as records hold them.
@@ -152,7 +157,7 @@ class SpoolWriter:
         base: dict[str, Any] = dict([node, ("pid", self.pid), *rest])
         self.identity_fields = base
         # The same fields as bytes, to splice onto a line that ends in "}" (hot path).
-        self.identity_suffix = b"," + orjson.dumps(base)[1:] + b"\n"
+        self.identity_suffix = rec.identity_suffix(base)
         self._resource = ident.attributes()
         self._proc_name = self.proc or (
             f"rank{ident.workload_rank}" if ident.workload_rank is not None else "proc"
@@ -160,18 +165,12 @@ class SpoolWriter:
         for watcher in list(self._start_watchers):
             watcher.writer_started()
 
-    def _after_fork_in_child(self) -> None:
+    def restart_in_child(self) -> None:
         """In a forked child: drop the parent's descriptors (its locks stay the parent's)."""
         self._lock = threading.RLock()
         self._busy = False
-        if self._ledger is not None:
-            self._ledger.forget_in_child()
-        for fd in [self._fd, *self._retired]:
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        self.drops.forget_in_child()
+        self._files.close_retired(self.fd)
         self._start()
 
     # -- the hot path -----------------------------------------------------------------------
@@ -179,22 +178,17 @@ class SpoolWriter:
     def emit(self, record: dict[str, Any]) -> None:
         """Append one record (a ``record.LogRecord``-shaped dict without v/seq/key/identity)."""
         record["v"] = rec.SCHEMA_VERSION
-        record["key"] = f"{self.writer_id}-{next(self._seq):x}"
-        try:
-            body = _dumps(record)
-        except (TypeError, orjson.JSONEncodeError):
-            body = rec.encode(record)[:-1]
-        # The identity fields are spliced on as bytes, not merged into the dict.
-        self.write_line(body[:-1] + self.identity_suffix, record.get("ts", 0))
+        record["key"] = rec.record_key(self.writer_id, next(self.counter))
+        self.write_line(rec.spliced_line(record, self.identity_suffix), record.get("ts", 0))
 
     def next_key(self) -> str:
         """The next record's ``key``, ``<writer>-<seq>`` (for front ends that build whole
         lines themselves)."""
-        return f"{self.writer_id}-{next(self._seq):x}"
+        return rec.record_key(self.writer_id, next(self.counter))
 
     def write_line(self, line: bytes, ts: int) -> None:
         """Append one encoded line; counts it as dropped if it cannot be written."""
-        if self._size + len(line) > self._limit:
+        if self.size + len(line) > self.limit:
             if len(line) > self.max_record:
                 cut = truncate.fit(line, self.max_record)
                 if cut is None:
@@ -205,19 +199,19 @@ class SpoolWriter:
             if reason:
                 self._count_drop(ts, reason)
                 return
-        fd = self._fd
+        fd = self.fd
         newline = self._need_newline
         if newline:
             line = b"\n" + line
         try:
-            n = append(fd, line, self._size)
+            n = append(fd, line, self.size)
         except OSError as exc:
             self.write_failed(exc, ts)
             return
         if n < len(line):
             self.finish_short_write(fd, line, n, ts)
             return
-        self._size += n
+        self.size += n
         if newline:
             self._need_newline = False
             self._refresh_limit()
@@ -228,8 +222,8 @@ class SpoolWriter:
         The lock-free path may fill at most one record cap from here: a line longer than
         the cap can never pass its one comparison, so the cap costs the hot path nothing
         (the slow path runs once per cap's worth of bytes to move the window on)."""
-        ok = self._fd >= 0 and not self._dropped and not self._need_newline
-        self._limit = min(self.max_file_size, self._size + self.max_record) if ok else -1
+        ok = self.fd >= 0 and not self.drops.pending and not self._need_newline
+        self.limit = min(self.max_file_size, self.size + self.max_record) if ok else -1
 
     def finish_short_write(self, fd: int, line: bytes, written: int, ts: int) -> None:
         """Complete a record after a short write (a regular file only does that when full)."""
@@ -237,11 +231,11 @@ class SpoolWriter:
             while written < len(line):
                 written += os.write(fd, line[written:])
         except OSError as exc:
-            self._size += written
+            self.size += written
             self.write_failed(exc, ts, torn=True)
             return
         self._need_newline = False
-        self._size += written
+        self.size += written
         self._refresh_limit()
 
     def write_failed(self, exc: OSError, ts: int, *, torn: bool = False) -> None:
@@ -250,7 +244,7 @@ class SpoolWriter:
         A torn piece is counted by the reader as one corrupt record, so it is not also
         counted here as dropped (each record is accounted for exactly once)."""
         self._need_newline = True
-        self._limit = -1
+        self.limit = -1
         if not torn:
             self._count_drop(ts, DropReasonValues.WRITE_ERROR.value)
         self._report_once(f"cannot write spool file in {self.directory}: {exc}")
@@ -261,39 +255,46 @@ class SpoolWriter:
         """Ensure a file with room is open and no drop is pending; else the drop reason."""
         now = time.monotonic_ns()
         if now < self._next_try_ns:
-            return _BUDGET if self._fd >= 0 else _WRITE_ERROR
+            return _BUDGET if self.fd >= 0 else _WRITE_ERROR
         with self._lock:
             if self._busy:  # this very thread is in here: a signal handler interrupted it
                 return _WRITE_ERROR
             self._busy = True
             try:
-                if self._ledger is None and not self._ledger_tried:
-                    self._open_ledger()
+                if not self.drops.ledger_tried:
+                    self.drops.open_ledger(
+                        self.directory,
+                        self._proc_name,
+                        self.pid,
+                        self.writer_id,
+                        self.identity_fields,
+                        self._report_once,
+                    )
                 ok = self._make_room_locked(needed, now)
                 self._refresh_limit()
             finally:
                 self._busy = False
         if ok:
             return ""
-        return _BUDGET if self._fd >= 0 else _WRITE_ERROR
+        return _BUDGET if self.fd >= 0 else _WRITE_ERROR
 
     def _make_room_locked(self, needed: int, now: int) -> bool:
-        if self._fd >= 0 and self._size + needed <= self.max_file_size and not self._dropped:
+        if self.fd >= 0 and self.size + needed <= self.max_file_size and not self.drops.pending:
             return True  # another thread made room
-        if self._fd >= 0 and self._size + needed <= self.max_file_size:
+        if self.fd >= 0 and self.size + needed <= self.max_file_size:
             return self._flush_drops()
         if not self._room_in_budget():
             self._next_try_ns = now + _RECHECK_NS
             self._wake(now)
-            if self._fd < 0:
+            if self.fd < 0:
                 return False
-            self._drop_reason = self._drop_reason or _BUDGET
+            self.drops.reason = self.drops.reason or _BUDGET
             return False
         if not self._open_next():
             self._next_try_ns = now + _REOPEN_NS
             return False
         self._next_try_ns = 0
-        if 2 * sum(size for _, size in self._files) + self.max_file_size > self.budget:
+        if 2 * self._files.total() + self.max_file_size > self.budget:
             self._wake(now)  # past half the budget: the aggregator should not wait
         return self._flush_drops()
 
@@ -303,152 +304,70 @@ class SpoolWriter:
             self._woke_ns = now
             wake.poke(self.directory)
 
-    def _open_ledger(self) -> None:
-        """Make this writer's drop ledger (once; without one, drops still go into drop
-        records, only a process that ends abruptly then loses its pending count)."""
-        self._ledger_tried = True
-        try:
-            ledger = DropLedger.create(
-                self.directory, self._proc_name, self.pid, self.writer_id, self.identity_fields
-            )
-        except OSError as exc:
-            self._report_once(f"cannot create the drop ledger in {self.directory}: {exc}")
-            return
-        if self._drop_total:
-            ledger.written(self._drop_written)
-            ledger.reason(self._drop_reason or _WRITE_ERROR)
-            ledger.dropped(self._drop_total, self._drop_first, self._drop_last)
-        self._ledger = ledger
-
     def _room_in_budget(self) -> bool:
-        alive: list[tuple[str, int]] = []
-        for name, size in self._files:
-            if name == self._current_name() and self._fd >= 0:
-                alive.append((name, self._size))
-                continue
-            try:
-                os.stat(self.directory / name)
-            except FileNotFoundError:
-                continue  # consumed and deleted by the aggregator
-            except OSError:
-                pass
-            alive.append((name, size))
-        self._files = alive
-        used = sum(size for _, size in alive)
+        alive, used = self._files.count(self.directory, self.fd >= 0, self.size)
         # The live file is deleted only once the writer has moved on: when it is all that
         # is left (one record larger than the rest of the budget), rotate regardless, or
         # the writer would wait for space that cannot be freed.
-        only_live = len(alive) == 1 and self._fd >= 0
+        only_live = alive == 1 and self.fd >= 0
         return used + self.max_file_size <= self.budget or only_live
 
-    def _current_name(self) -> str:
-        return self._files[-1][0] if self._files else ""
-
     def _open_next(self) -> bool:
-        index = self._index + 1
+        index = self._files.index + 1
         name = SpoolFileName(self.writer_id, index, self.pid, self._proc_name).name
-        tmp = self.directory / f".{name}.tmp"
-        header = rec.encode(
-            {
-                "v": rec.SCHEMA_VERSION,
-                "k": rec.KIND_HEADER,
-                "w": self.writer_id,
-                "f": index,
-                "ts": time.time_ns(),
-                "pid": self.pid,
-                "ppid": os.getppid(),
-                "proc": self._proc_name,
-                "budget": self.budget,
-                "max": self.max_file_size,
-                "res": self._resource,
-            }
+        header = rec.header_line(
+            writer_id=self.writer_id,
+            index=index,
+            ts=time.time_ns(),
+            pid=self.pid,
+            ppid=os.getppid(),
+            proc=self._proc_name,
+            budget=self.budget,
+            max_file_size=self.max_file_size,
+            resource=self._resource,
         )
         try:
-            fd = os.open(tmp, _OPEN_FLAGS, 0o600)
+            fd = rotation.create(self.directory, name, header)
         except OSError as exc:
             self._report_once(f"cannot create spool file in {self.directory}: {exc}")
             return False
-        try:
-            os.write(fd, header)
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            os.rename(tmp, self.directory / name)
-        except OSError as exc:
-            os.close(fd)
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            self._report_once(f"cannot create spool file in {self.directory}: {exc}")
-            return False
-        old = self._fd
-        if old >= 0:
-            if self._files:
-                self._files[-1] = (self._files[-1][0], self._size)
-            try:
-                fcntl.flock(old, fcntl.LOCK_UN)  # the old file is complete: writer moved on
-            except OSError:
-                pass
-            # Another thread may still be inside os.write(old): close it one rotation later.
-            for stale in self._retired:
-                try:
-                    os.close(stale)
-                except OSError:
-                    pass
-            self._retired = [old]
-        self._fd, self._index, self._size = fd, index, len(header)
-        self._files.append((name, len(header)))
+        self._files.moved_on(self.fd, self.size, fd, name, len(header))
+        self.fd, self.size = fd, len(header)
         self._need_newline = False
         return True
 
     def _count_drop(self, ts: int, reason: str) -> None:
-        self._limit = -1  # the next record takes the slow path and reports the drop first
-        ledger = self._ledger
-        if not self._dropped:
-            self._drop_first = ts
-            self._drop_reason = reason or _WRITE_ERROR
-            if ledger is not None:
-                ledger.reason(self._drop_reason)
-        self._dropped += 1
-        self._drop_total += 1
-        self._drop_last = ts
-        if ledger is not None:  # stores into shared memory: kept however the process ends
-            ledger.dropped(self._drop_total, self._drop_first, ts)
+        self.limit = -1  # the next record takes the slow path and reports the drop first
+        self.drops.count(ts, reason)
 
     def _flush_drops(self) -> bool:
         """Write the pending drop record (caller holds the lock and has room)."""
-        if not self._dropped:
+        drops = self.drops
+        if not drops.pending:
             return True
-        count, self._dropped = self._dropped, 0
-        seq = next(self._seq)
-        drop = {
-            "v": rec.SCHEMA_VERSION,
-            "k": rec.KIND_DROP,
-            "ts": time.time_ns(),
-            "count": count,
-            "first_ts": self._drop_first,
-            "last_ts": self._drop_last,
-            "reason": self._drop_reason,
-        }
-        drop["key"] = f"{self.writer_id}-{seq:x}"
-        drop.update(self.identity_fields)
-        line = rec.encode(drop)
+        count = drops.take()
+        seq = next(self.counter)
+        line = rec.drop_line(
+            writer_id=self.writer_id,
+            seq=seq,
+            ts=time.time_ns(),
+            count=count,
+            first_ts=drops.first,
+            last_ts=drops.last,
+            reason=drops.reason,
+            identity=self.identity_fields,
+        )
         if self._need_newline:
             line = b"\n" + line
-        ledger = self._ledger
-        if ledger is not None:  # killed during the write: the aggregator looks for the key
-            ledger.writing(count, seq)
+        drops.writing(count, seq)
         try:
-            os.write(self._fd, line)
+            os.write(self.fd, line)
         except OSError:
-            self._dropped += count  # still pending; the next attempt reports all of them
-            if ledger is not None:
-                ledger.written(self._drop_written)
+            drops.wrote(count, ok=False)
             return False
-        self._drop_written += count
-        if ledger is not None:
-            ledger.written(self._drop_written)
+        drops.wrote(count, ok=True)
         self._need_newline = False
-        self._size += len(line)
+        self.size += len(line)
         return True
 
     def _report_once(self, message: str) -> None:
@@ -461,7 +380,7 @@ class SpoolWriter:
     @property
     def current_path(self) -> Path | None:
         """The live spool file, if one is open."""
-        return self.directory / self._current_name() if self._fd >= 0 else None
+        return self.directory / self._files.live_name if self.fd >= 0 else None
 
     def close(self) -> None:
         """Write a pending drop record (over budget if need be) and close the files."""
@@ -475,87 +394,22 @@ class SpoolWriter:
                 self._busy = False
 
     def _close_locked(self) -> None:
-        if self._dropped and self._fd < 0:
+        if self.drops.pending and self.fd < 0:
             self._open_next()
-        if self._dropped and self._fd >= 0:
+        if self.drops.pending and self.fd >= 0:
             self._flush_drops()
-        for fd in [self._fd, *self._retired]:
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._fd, self._retired = -1, []
-        self._limit = -1
-        ledger, self._ledger, self._ledger_tried = self._ledger, None, False
-        if ledger is not None:  # nothing left to report: no need for the aggregator to look
-            ledger.close(remove=self._drop_total == self._drop_written and not self._dropped)
+        self._files.close_retired(self.fd)
+        self.fd = self.limit = -1
+        self.drops.close()
 
 
-# --- the per-process writer ---------------------------------------------------------------
-
-_writers: dict[Path, SpoolWriter] = {}
 _all_writers: weakref.WeakSet[SpoolWriter] = weakref.WeakSet()
-_registry_lock = threading.RLock()  # setup from a signal handler never waits for itself
-
-
-def get_writer(
-    directory: Path,
-    *,
-    proc: str | None = None,
-    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
-    budget: int | None = None,
-) -> SpoolWriter:
-    """The process's writer for ``directory`` (created on first use; a SpoolPathError
-    says why a directory cannot be used). Settings of a later call replace earlier ones."""
-    key = directory.absolute()
-    with _registry_lock:
-        writer = _writers.get(key)
-        if writer is None:
-            writer = _writers[key] = SpoolWriter(
-                key, proc=proc, max_file_size=max_file_size, budget=budget
-            )
-        else:
-            writer.configure(max_file_size, budget)
-            if proc is not None and proc != writer.proc and writer._fd < 0:
-                writer.proc = proc
-                writer._start()
-        return writer
-
-
-def writer_for_root(
-    root: str | os.PathLike[str],
-    *,
-    proc: str | None = None,
-    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
-    budget: int | None = None,
-) -> SpoolWriter:
-    """The process's writer for this job's directory under the spool ``root``.
-
-    Refuses a root that is a symlink, and a job directory that is a symlink, foreign-owned
-    or not writable: :class:`SpoolPathError` says which and why.
-    """
-    if Path(root).is_symlink():
-        raise SpoolPathError(f"spool directory {root} is a symlink; refusing to use it")
-    directory = job_dir(root, get_identity().job_id)
-    check_dir(directory, create=True)
-    return get_writer(directory, proc=proc, max_file_size=max_file_size, budget=budget)
-
-
-def close_writers() -> None:
-    """Flush pending drop records and close every writer of this process."""
-    with _registry_lock:
-        writers = list(_writers.values())
-    for writer in writers:
-        writer.close()
+"""Every writer of the process (also those made outside ``registry.get_writer``)."""
 
 
 def _after_fork_in_child() -> None:
-    global _registry_lock
-    _registry_lock = threading.RLock()  # setup from a signal handler never waits for itself
-    for writer in list(_all_writers):  # every writer, also those made outside get_writer
-        writer._after_fork_in_child()
+    for writer in list(_all_writers):
+        writer.restart_in_child()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-atexit.register(close_writers)

@@ -31,7 +31,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from nvrx_otel import env
-from nvrx_otel.spool.writer import SpoolWriter, writer_for_root
+from nvrx_otel.spool.registry import writer_for_root
+from nvrx_otel.spool.writer import SpoolWriter
 from nvrx_otel.tracing import helpers
 from nvrx_otel.tracing.attributes import Limits
 from nvrx_otel.tracing.propagation import env_parent

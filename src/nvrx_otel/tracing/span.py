@@ -107,11 +107,7 @@ class SpanSink:
 def _append(w: SpoolWriter, record: dict[str, Any], ts: int) -> None:
     """Append ``record`` (v/key set) with the writer's identity fields: one write."""
     try:
-        try:
-            body = _dumps(record)
-        except (TypeError, orjson.JSONEncodeError):
-            body = rec.encode(record)[:-1]
-        w.write_line(body[:-1] + w.identity_suffix, ts)
+        w.write_line(rec.spliced_line(record, w.identity_suffix), ts)
     except Exception as exc:
         report_once("cannot spool a span record", exc)
 
@@ -187,7 +183,7 @@ class LeanSpan(trace.Span):
         self._flags = flags
         start = self._start = _time_ns() if start_time is None else start_time
         w = sink.writer
-        seq = next(w._seq)  # as the logging fast path: the writer's own counter
+        seq = next(w.counter)  # as the logging fast path: the writer's own counter
         trace_id, span_id, trace_flags = ids
         record: dict[str, Any] = {  # the end record will be this dict, completed
             "k": _START,
@@ -201,7 +197,7 @@ class LeanSpan(trace.Span):
             "attrs": attrs,
             "links": self._links,
             "v": _V,
-            "key": f"{w.writer_id}-{seq:x}",
+            "key": rec.record_key(w.writer_id, seq),
         }
         if parent is not None:
             record["parent_id"] = parent.span_id.to_bytes(8, "big").hex()

@@ -74,14 +74,7 @@ class SpoolBridge:
         heads = self.heads
         if len(heads) > 4096:  # many distinct bound names: keep the cache bounded
             heads.clear()
-        fields = {
-            "v": rec.SCHEMA_VERSION,
-            "k": rec.KIND_LOG,
-            "sev": severity(level, no),
-            "lvl": level,
-            "lg": lg,
-        }
-        head = heads[(level, no, lg)] = rec.encode(fields)[:-2] + b","
+        head = heads[(level, no, lg)] = rec.log_head(severity(level, no), level, lg)
         return head
 
     def __call__(self, record: Any) -> bool:
@@ -139,12 +132,8 @@ class SpoolBridge:
                 if named:
                     del attrs[NAME_KEY]
                 out["attrs"] = attrs
-            try:
-                body = _dumps(out)
-            except (TypeError, orjson.JSONEncodeError):
-                body = rec.encode(out)[:-1]
             head = self.heads.get((level.name, level.no, lg)) or self.head(level.name, level.no, lg)
-            writer.write_line(head + body[1:-1] + writer.identity_suffix, ts)
+            writer.write_line(rec.headed_line(head, out, writer.identity_suffix), ts)
         except Exception as exc:  # telemetry never breaks the log call
             report_error("cannot spool a loguru record", exc)
         return False

@@ -37,7 +37,8 @@ from nvrx_otel.logging.logflow.settings import (
     resolve,
 )
 from nvrx_otel.spool.paths import SpoolPathError
-from nvrx_otel.spool.writer import SpoolWriter, get_writer
+from nvrx_otel.spool.registry import get_writer
+from nvrx_otel.spool.writer import SpoolWriter
 
 if TYPE_CHECKING:
     from loguru import Logger

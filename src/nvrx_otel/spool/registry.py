@@ -1,0 +1,79 @@
+"""The process's spool writers: one per spool directory, made on first use, closed at exit.
+
+Front ends ask here for the writer of their job's directory (:func:`writer_for_root`);
+a later call with other settings reconfigures the same writer. At exit every writer
+writes its pending drop record and closes its files.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from pathlib import Path
+
+from nvrx_otel.identity import get_identity
+from nvrx_otel.spool.paths import SpoolPathError, check_dir, job_dir
+from nvrx_otel.spool.writer import DEFAULT_MAX_FILE_SIZE, SpoolWriter
+
+_writers: dict[Path, SpoolWriter] = {}
+_registry_lock = threading.RLock()  # setup from a signal handler never waits for itself
+
+
+def get_writer(
+    directory: Path,
+    *,
+    proc: str | None = None,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    budget: int | None = None,
+) -> SpoolWriter:
+    """The process's writer for ``directory`` (created on first use; a SpoolPathError
+    says why a directory cannot be used). Settings of a later call replace earlier ones."""
+    key = directory.absolute()
+    with _registry_lock:
+        writer = _writers.get(key)
+        if writer is None:
+            writer = _writers[key] = SpoolWriter(
+                key, proc=proc, max_file_size=max_file_size, budget=budget
+            )
+        else:
+            writer.configure(max_file_size, budget)
+            if proc is not None:
+                writer.rename(proc)
+        return writer
+
+
+def writer_for_root(
+    root: str | os.PathLike[str],
+    *,
+    proc: str | None = None,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    budget: int | None = None,
+) -> SpoolWriter:
+    """The process's writer for this job's directory under the spool ``root``.
+
+    Refuses a root that is a symlink, and a job directory that is a symlink, foreign-owned
+    or not writable: :class:`SpoolPathError` says which and why.
+    """
+    if Path(root).is_symlink():
+        raise SpoolPathError(f"spool directory {root} is a symlink; refusing to use it")
+    directory = job_dir(root, get_identity().job_id)
+    check_dir(directory, create=True)
+    return get_writer(directory, proc=proc, max_file_size=max_file_size, budget=budget)
+
+
+def close_writers() -> None:
+    """Flush pending drop records and close every writer of this process."""
+    with _registry_lock:
+        writers = list(_writers.values())
+    for writer in writers:
+        writer.close()
+
+
+def _after_fork_in_child() -> None:
+    global _registry_lock
+    _registry_lock = threading.RLock()  # setup from a signal handler never waits for itself
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(close_writers)

@@ -1,0 +1,118 @@
+"""Aggregator scenarios from outside the suite's own habits: a spool entry it cannot open,
+an OTLP receiver that never answers, a stderr whose reader is gone."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from nvrx_otel.spool.paths import SpoolFileName
+from tests.aggregator.spoolkit import FakeWriter, wait_for
+from tests.conftest import spawn
+from tests.faults.ledger import defect, settle
+from tests.faults.node import Node
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="a spool-named entry that cannot be opened counts as a live writer for good: the "
+    "drain waits its whole timeout and stderr reports a writer still running",
+)
+def test_unopenable_spool_entry_is_not_a_live_writer(tmp_path: Path) -> None:
+    """A directory carries a spool file's name (the aggregator cannot open it, as with a
+    file of another user): no process writes to it, so the drain must not wait for it nor
+    report it as a writer still running."""
+    node = Node(tmp_path)
+    node.job_dir.mkdir(parents=True)
+    (node.job_dir / SpoolFileName("00000000000000aa", 0, 31337, "rank7").name).mkdir()
+    w = FakeWriter(node.job_dir, pid=20_001, writer="00000000000000a1", proc="rank0")
+    for i in range(100):
+        w.log(f"r0-{i}")
+    w.close()
+    node.start("--drain-timeout", "2")
+    code, err = node.stop()
+    settle("a directory named as a spool file", 100, node.log_path)
+    assert code == 0, err
+    assert "were still running after" not in err, err
+
+
+@contextmanager
+def silent_endpoint() -> Iterator[tuple[str, list[socket.socket]]]:
+    """An HTTP endpoint that accepts connections and never answers (and the connections)."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    conns: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conns.append(srv.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.getsockname()[1]}", conns
+    finally:
+        srv.close()
+        for c in conns:
+            c.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="an OTLP request in flight when the drain starts is not cut at --drain-timeout: "
+    "the exit waits for the exporter thread's join grace",
+)
+def test_drain_timeout_holds_with_a_silent_receiver(tmp_path: Path) -> None:
+    """The receiver never answers and OTLP's timeout is 60 s; a logs request is in flight
+    when the wait file appears. The node log is complete, so the aggregator must exit by
+    --drain-timeout (1 s) and a margin, not 5 s later."""
+    node = Node(tmp_path, OTEL_EXPORTER_OTLP_TIMEOUT="60000")
+    w = FakeWriter(node.job_dir, pid=20_001, writer="00000000000000a1", proc="rank0")
+    for i in range(100):
+        w.log(f"r0-{i}")
+    w.close()
+    with silent_endpoint() as (endpoint, conns):
+        node.start("--otlp-endpoint", endpoint, "--drain-timeout", "1")
+        wait_for(lambda: conns, timeout=60, what="a request in flight")
+        start = os.times().elapsed
+        code, err = node.stop()
+        took = os.times().elapsed - start
+    settle("silent OTLP receiver", 100, node.log_path)
+    assert code == 0, err
+    assert took < 4.0, f"exit {took:.1f} s after the wait file with --drain-timeout 1: {err}"
+
+
+@defect(
+    "an aggregator whose stderr is a broken pipe exits 1 at start: nothing reaches the node log"
+)
+def test_aggregator_with_a_broken_stderr_pipe(tmp_path: Path) -> None:
+    """The aggregator's stderr is a pipe nobody reads any more (a launcher's ``| tee`` or log
+    collector gone): stderr is only for people, so the node log must still get every record."""
+    node = Node(tmp_path)
+    w = FakeWriter(node.job_dir, pid=20_001, writer="00000000000000a1", proc="rank0")
+    for i in range(100):
+        w.log(f"r0-{i}")
+    w.close()
+    r, broken = os.pipe()
+    os.close(r)  # every write to the pipe fails with EPIPE
+    argv = [sys.executable, "-m", "nvrx_otel.logging.aggregator", "--log-dir",
+            str(tmp_path / "logs"), "--wait-file", str(node.wait_file), "--nice", "0",
+            "--check-interval", "0.05", "--drain-timeout", "2"]  # fmt: skip
+    agg = spawn(argv, env=node.env, stdout=subprocess.DEVNULL, stderr=broken)
+    os.close(broken)
+    wait_for(lambda: node.log_path.exists() or agg.poll() is not None, timeout=60, what="start")
+    node.wait_file.touch()
+    code = agg.wait(timeout=60)
+    settle("aggregator stderr a broken pipe", 100, node.log_path, note=f"exit {code}")
+    assert code == 0

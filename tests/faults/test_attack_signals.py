@@ -130,5 +130,6 @@ def test_alarm_storm_during_file_creation_loses_nothing_silently(tmp_path: Path)
     assert code == 0, agg_err
     nl = count_node_log(node.log_path)
     accounted = nl.unique + nl.dropped + nl.corrupt
+    said = err.strip()[-300:]
     require(accounted >= emitted, f"{emitted} log calls returned, node log {nl.unique} + dropped"
-            f" {nl.dropped} + corrupt {nl.corrupt}; the rank said: {err.strip()[-300:]}")  # fmt: skip
+            f" {nl.dropped} + corrupt {nl.corrupt}; the rank said: {said}")  # fmt: skip

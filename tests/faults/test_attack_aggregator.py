@@ -4,6 +4,7 @@ an OTLP receiver that never answers, a stderr whose reader is gone."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -21,12 +22,6 @@ from tests.faults.ledger import settle
 from tests.faults.node import Node
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a spool-named entry that cannot be opened counts as a live writer for good: the "
-    "drain waits its whole timeout and stderr reports a writer still running",
-)
 def test_unopenable_spool_entry_is_not_a_live_writer(tmp_path: Path) -> None:
     """A directory carries a spool file's name (the aggregator cannot open it, as with a
     file of another user): no process writes to it, so the drain must not wait for it nor
@@ -43,6 +38,63 @@ def test_unopenable_spool_entry_is_not_a_live_writer(tmp_path: Path) -> None:
     settle("a directory named as a spool file", 100, node.log_path)
     assert code == 0, err
     assert "were still running after" not in err, err
+
+
+def test_fifo_named_as_a_spool_file_is_not_a_live_writer(tmp_path: Path) -> None:
+    """A FIFO carries a spool file's name (opening it for read does not fail, reading it
+    does): the drain must neither wait for it nor count it as a writer still running."""
+    node = Node(tmp_path)
+    node.job_dir.mkdir(parents=True)
+    os.mkfifo(node.job_dir / SpoolFileName("00000000000000ab", 0, 31338, "rank8").name)
+    w = FakeWriter(node.job_dir, pid=20_001, writer="00000000000000a1", proc="rank0")
+    for i in range(100):
+        w.log(f"r0-{i}")
+    w.close()
+    node.start("--drain-timeout", "30")
+    start = os.times().elapsed
+    code, err = node.stop()
+    took = os.times().elapsed - start
+    settle("a FIFO named as a spool file", 100, node.log_path)
+    assert code == 0, err
+    assert "were still running after" not in err, err
+    assert "cannot read spool entry" in err, err
+    assert took < 20, f"the drain waited {took:.1f} s for a FIFO: {err}"
+
+
+def without_file_access() -> tuple[str, ...]:
+    """A command prefix that runs a process unable to open a file its mode denies it (root
+    loses the capabilities that override file modes); skips when there is none."""
+    if os.geteuid() != 0:
+        return ()
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: file modes cannot deny a read")
+    return (setpriv, "--bounding-set=-dac_override,-dac_read_search", "--")
+
+
+def test_live_writer_file_of_another_user_is_not_waited_for(tmp_path: Path) -> None:
+    """A live writer's spool file the aggregator may not open (mode 000, as another user's
+    file would be): no lock can be probed on it, so the drain must not wait for it, and
+    stderr says once that the entry cannot be read."""
+    node = Node(tmp_path)
+    other = FakeWriter(node.job_dir, pid=20_009, writer="00000000000000b9", proc="rank9")
+    other.log("r9-0")
+    os.chmod(other.path, 0)  # the writer keeps its descriptor, its lock and going on
+    w = FakeWriter(node.job_dir, pid=20_001, writer="00000000000000a1", proc="rank0")
+    for i in range(100):
+        w.log(f"r0-{i}")
+    w.close()
+    node.start("--drain-timeout", "30", wrap=without_file_access())
+    other.log("r9-1")
+    start = os.times().elapsed
+    code, err = node.stop()
+    took = os.times().elapsed - start
+    other.close()
+    settle("a live writer's file it may not open", 100, node.log_path)
+    assert code == 0, err
+    assert "were still running after" not in err, err
+    assert err.count("cannot read spool entry") == 1, err
+    assert took < 20, f"the drain waited {took:.1f} s for an unreadable file: {err}"
 
 
 @contextmanager

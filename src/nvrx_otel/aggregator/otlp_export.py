@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
 
-from nvrx_otel.aggregator.health import say
+from nvrx_otel.aggregator.health import human_bytes, say
 from nvrx_otel.aggregator.otlp_delivery import Delivery, Exporter
 from nvrx_otel.aggregator.otlp_files import (
     Batch,
@@ -209,7 +209,14 @@ class OtlpExport:
             f"{e['truncated']} truncated spans; {self.dropped} dropped"
         )
         if not self.caught_up():
-            text += "; not caught up: the rest stays in the spool for the next run"
+            with self.lock:
+                queued = self._queued[0]
+                unread = sum(max(0, v.read - self._offset(v)) for v in self.views)
+            text += (
+                f"; not caught up: {queued} records queued or in flight and "
+                f"{human_bytes(unread)} of spool not yet read for {self.label} were not "
+                "delivered; they stay in the spool for the next run"
+            )
         return text
 
     def start(self) -> None:
@@ -225,12 +232,15 @@ class OtlpExport:
         self._wake.set()
 
     def stop(self, deadline: float) -> None:
-        """Keep exporting until caught up or ``deadline`` (monotonic), then stop."""
+        """Keep exporting until caught up or ``deadline`` (monotonic), then stop. The
+        deadline bounds the wait: a request still in flight then (a receiver that never
+        answers) is left to its daemon thread, unacknowledged, so its records stay in the
+        spool for the next run, as everything not delivered does."""
         self.delivery.drain_by(deadline)
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(max(0.0, deadline - time.monotonic()) + 5.0)
+            self._thread.join(max(0.0, deadline - time.monotonic()))
 
     # --- the queue (the caller holds the lock) ------------------------------------------------
 

@@ -204,8 +204,8 @@ class Aggregator(Progress):
 
     def _close(self) -> None:
         self._fifo.stop()
-        if self._metrics is not None:
-            self._metrics.shutdown(1.0)
+        if self._metrics is not None:  # a last export, within what is left of the drain
+            self._metrics.shutdown(min(1.0, max(0.1, self._deadline - time.monotonic())))
             self._metrics = None
         for sink in self._sinks.values():
             sink.stop(time.monotonic())

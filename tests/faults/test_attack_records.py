@@ -4,10 +4,12 @@ some batches for good or rejects part of a request (OTLP partial success)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsPartialSuccess,
     ExportLogsServiceRequest,
@@ -59,7 +61,6 @@ def test_record_with_a_value_whose_repr_raises(tmp_path: Path) -> None:
     settle("extra / bound value whose repr raises", 12, node.log_path)
 
 
-@defect("records appended after the node log was deleted go to the unlinked file, unreported")
 def test_node_log_deleted_while_aggregating(tmp_path: Path) -> None:
     """The node log is deleted (an operator freeing disk space, a cleanup job) while the
     aggregator runs; the 100 records written after that must reach a node log at its path
@@ -71,6 +72,9 @@ def test_node_log_deleted_while_aggregating(tmp_path: Path) -> None:
         before.log(f"r0-{i}")
     before.close()
     wait_for(lambda: count_node_log(node.log_path).unique == 100, timeout=60, what="node log")
+    # Committed (its spool file is deleted only then): what is deleted now was delivered;
+    # records not yet committed would rightly be written again into the new file.
+    wait_for(lambda: not before.path.exists(), timeout=60, what="the first 100 committed")
     node.log_path.unlink()
     after = FakeWriter(node.job_dir, pid=20_002, writer="00000000000000d2", proc="rank1")
     for i in range(100):
@@ -79,6 +83,36 @@ def test_node_log_deleted_while_aggregating(tmp_path: Path) -> None:
     code, err = node.stop()
     assert "wrote 200 records" in err  # the aggregator believes it wrote them all
     settle("node log deleted while aggregating", 100, node.log_path, note=f"exit {code}")
+    assert code == 0 and err.count("was deleted or replaced while in use") == 1, err
+
+
+@pytest.mark.parametrize("how", ["replaced by another file", "directory removed"])
+def test_node_log_replaced_or_its_directory_removed(tmp_path: Path, how: str) -> None:
+    """Like the deleted node log: another file moved over the node log's path, or the
+    whole log directory removed; the records written after that must be at the path."""
+    node = Node(tmp_path)
+    node.start()
+    before = FakeWriter(node.job_dir, pid=20_001, writer="00000000000000d3", proc="rank0")
+    for i in range(100):
+        before.log(f"r0-{i}")
+    before.close()
+    wait_for(lambda: count_node_log(node.log_path).unique == 100, timeout=60, what="node log")
+    wait_for(lambda: not before.path.exists(), timeout=60, what="the first 100 committed")
+    if how == "replaced by another file":
+        other = node.log_path.with_name("other.log")
+        other.write_text("an operator's notes\n")
+        other.replace(node.log_path)
+    else:
+        shutil.rmtree(node.log_path.parent)
+    after = FakeWriter(node.job_dir, pid=20_002, writer="00000000000000d4", proc="rank1")
+    for i in range(100):
+        after.log(f"r1-{i}")
+    after.close()
+    code, err = node.stop()
+    assert code == 0, err
+    settle(f"node log {how}", 100, node.log_path)
+    if how == "replaced by another file":
+        assert node.log_path.read_text().startswith("an operator's notes\n")
 
 
 @defect("a logs batch refused for good (HTTP 400) is missing at the receiver, unreported there")

@@ -114,6 +114,13 @@ class Progress:
 
     def _commit(self, rotating: RotationPlan | None = None) -> None:
         self._log.sync()
+        moved = self._log.follow()
+        if moved is not None:
+            say(
+                f"node log {self.log_path} was deleted or replaced while in use: writing to "
+                f"a file at its path again ({moved} bytes written since the last commit "
+                "carried over; what was committed before stays in the old file, if any)"
+            )
         files = {
             f.name: st.FileProgress(f.ino, f.done, f.hdr_crc)
             for f in self._spool.tracked
@@ -130,6 +137,7 @@ class Progress:
         sinks = {name: sink.state() for name, sink in self._sinks.items()}
         self._ensure_job_dir()
         self._state.commit(st.State(files=files, log=log, totals=dict(self._totals), sinks=sinks))
+        self._log.committed = self._log.length
         for f in self._spool.tracked:
             f.committed = f.done
         self._ledgers.committed()

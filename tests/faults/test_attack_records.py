@@ -115,7 +115,6 @@ def test_node_log_replaced_or_its_directory_removed(tmp_path: Path, how: str) ->
         assert node.log_path.read_text().startswith("an operator's notes\n")
 
 
-@defect("a logs batch refused for good (HTTP 400) is missing at the receiver, unreported there")
 def test_otlp_batch_refused_for_good_is_reported_at_the_receiver(tmp_path: Path) -> None:
     """The endpoint answers 400 to the first batch of 100 records, then accepts: the second
     writer's 100 records arrive, and the refused ones must be reported at the receiver (as
@@ -169,7 +168,6 @@ def _odd(body: str) -> bool:
     return m is not None and int(m["i"]) % 2 == 1
 
 
-@defect("records an OTLP partial success rejects are counted exported, unreported")
 def test_otlp_partial_success_rejections_are_reported(tmp_path: Path) -> None:
     """The receiver answers 200 with ``partial_success.rejected_log_records`` = 50 for a
     request of 100 records: the 50 rejected must be reported lost (at the receiver, as

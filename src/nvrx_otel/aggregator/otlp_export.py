@@ -41,15 +41,14 @@ from nvrx_otel.aggregator.otlp_delivery import Delivery, Exporter
 from nvrx_otel.aggregator.otlp_files import (
     Batch,
     FileView,
-    backlog_report,
-    count_logs,
     died_in_spans,
     new_cursor,
     read_view,
     take_header,
     take_spans,
-    victims,
 )
+from nvrx_otel.aggregator.otlp_losses import rejection
+from nvrx_otel.aggregator.otlp_pressure import relieve, victims
 from nvrx_otel.aggregator.reader import Chunk, SpoolFile
 from nvrx_otel.aggregator.state import OtlpProgress, WriterState
 from nvrx_otel.spool.paths import SpoolFileName, parse_name
@@ -88,6 +87,7 @@ class OtlpExport:
         self.views: list[FileView] = []
         self.exported = {"logs": 0, "spans": 0, "truncated": 0}
         self.skipped = 0  # records skipped for budget pressure (otlp_backlog)
+        self.rejected = 0  # log records the endpoint refused or rejected for good
         self.reads = 0  # reads of its own (while lagging): bytes the loop had read already
         self.dirty = False
         self._queue: deque[Batch] = deque()
@@ -104,8 +104,9 @@ class OtlpExport:
 
     @property
     def dropped(self) -> int:
-        """Records counted as dropped on the OTLP side (refused for good, or skipped)."""
-        return self.delivery.dropped + self.skipped
+        """Records counted as dropped on the OTLP side (refused or rejected for good, or
+        skipped); each is reported to the endpoint later (``otlp_losses``)."""
+        return self.delivery.dropped + self.rejected + self.skipped
 
     # --- called by the aggregator's loop ----------------------------------------------------
 
@@ -259,11 +260,22 @@ class OtlpExport:
         self._queued[0] += batch.count
         self._queued[1] += batch.end - batch.start
 
+    def queued_of(self, name: str) -> list[Batch]:
+        """The queued batches of spool file ``name`` (the caller holds the lock)."""
+        return [b for b in self._queue if b.name == name]
+
+    def unqueue(self, batches: list[Batch]) -> None:
+        """Take ``batches`` out of the queue unsent (the caller holds the lock)."""
+        for b in batches:
+            self._queue.remove(b)
+            self._queued[0] -= b.count
+            self._queued[1] -= b.end - b.start
+
     def _offset(self, v: FileView) -> int:
         c = self.cursors.get(v.name)
         return c.offset if c is not None and c.ino == v.ino else 0
 
-    def _cursor(self, v: FileView) -> SpoolFile:
+    def cursor(self, v: FileView) -> SpoolFile:
         """The cursor of ``v``; a new one for a new inode."""
         c = self.cursors.get(v.name)
         if c is None or c.ino != v.ino:
@@ -293,7 +305,7 @@ class OtlpExport:
     def _pass(self) -> bool:
         with self.lock:
             views = sorted(self.views, key=lambda v: (v.writer, v.index))
-        self._relieve(views)
+        relieve(self, views)
         self._catch_up(views)
         with self.lock:
             batches: list[Batch] = []
@@ -320,9 +332,12 @@ class OtlpExport:
             logs.setdefault(b.writer, []).extend(b.records)
             spans.setdefault(b.writer, []).extend(b.spans)
         trunc = [(res, start, last_ts[w]) for w, res, starts in truncated for start in starts]
-        if not self.delivery.export(logs, spans, trunc, resources, self.exported):
+        lost = self.delivery.export(logs, spans, trunc, resources, self.exported)
+        if lost is None:
             return False
-        with self.lock:
+        with self.lock:  # what was refused is reported with the same commit that passes it
+            rejected = rejection(logs, self.writers, lost)
+            self.rejected += rejected.records
             for _ in batches:
                 b = self._queue.popleft()
                 self._queued[0] -= b.count
@@ -331,7 +346,14 @@ class OtlpExport:
                 del self.writers[writer].pending_reports[: len(pending)]
             for writer, _, _ in truncated:
                 self.writers[writer].open_spans.clear()
+            for writer, report in rejected.reports:
+                self.writers.setdefault(writer, WriterState()).pending_reports.append(report)
             self.dirty = True
+        if rejected.given_up:
+            self.on_report(
+                f"{self.label} endpoint refused the report of {rejected.given_up} records it "
+                "refused before: they are reported in the node log only"
+            )
         return True
 
     def _catch_up(self, views: list[FileView]) -> None:
@@ -344,7 +366,7 @@ class OtlpExport:
                     return
                 if v.name in self._ahead:
                     continue  # the loop's batches feed it (and the view is older)
-                was = self._cursor(v)
+                was = self.cursor(v)
                 if was.offset >= v.read and was.offset <= v.size:
                     continue
                 cursor = copy.copy(was)
@@ -363,40 +385,11 @@ class OtlpExport:
 
     def _under_pressure(self) -> bool:
         with self.lock:
-            return bool(victims(self.views, self.writers, self._sent))
+            return bool(victims(self.views, self.writers, self.sent))
 
-    def _sent(self, v: FileView) -> int:
+    def sent(self, v: FileView) -> int:
         """Where ``v`` is sent up to: the start of its first queued batch, else its cursor."""
         for b in self._queue:
             if b.name == v.name and b.ino == v.ino:
                 return b.start
         return self._offset(v)
-
-    def _relieve(self, views: list[FileView]) -> None:
-        """Skip (and report) the oldest node-logged file of a live writer whose spool files,
-        kept only for OTLP, would soon push it over its budget. The skip and its report are
-        committed together (the report waits in the writer's state until it is sent)."""
-        with self.lock:
-            chosen = victims(views, self.writers, self._sent)
-        for writer, victim in chosen:
-            with self.lock:
-                queued = [b for b in self._queue if b.name == victim.name]
-                skipped = sum(b.count for b in queued)
-                start = self._cursor(victim).offset
-            skipped += count_logs(victim, start)
-            with self.lock:
-                w = self.writers[writer]
-                for b in queued:
-                    self._queue.remove(b)
-                    self._queued[0] -= b.count
-                    self._queued[1] -= b.end - b.start
-                cursor = self._cursor(victim)
-                cursor.offset = max(cursor.offset, victim.size)
-                self.skipped += skipped
-                if skipped:
-                    w.pending_reports.append(backlog_report(writer, w, victim, skipped))
-                self.dirty = True
-            self.on_report(
-                f"OTLP backlog: skipped {skipped} records of {victim.name} (already in the node "
-                "log) so its writer stays within its spool budget"
-            )

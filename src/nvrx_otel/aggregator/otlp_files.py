@@ -3,14 +3,12 @@
 :class:`FileView` is the aggregator loop's snapshot of one spool file; :class:`WriterState`
 what the exporter keeps per writer. OTLP cursors are the node log's reader cursors
 (:class:`~nvrx_otel.aggregator.reader.SpoolFile`) that hold no descriptor between reads
-(:func:`new_cursor`, :func:`open_view`). :func:`victims` says which files the OTLP backlog
-gives up when a live writer's spool files would soon push it over its budget.
+(:func:`new_cursor`, :func:`open_view`).
 """
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +18,9 @@ from nvrx_otel import record as rec
 from nvrx_otel.aggregator import reports
 from nvrx_otel.aggregator.reader import Chunk, SpoolFile, read_chunk
 from nvrx_otel.aggregator.state import WriterState
-from nvrx_otel.semconv import DropReasonValues
 from nvrx_otel.spool.paths import SpoolFileName
 
-PRESSURE: Final = 0.5
-"""Share of a writer's spool budget its files may fill before the OTLP backlog gives way."""
 _OPEN_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-_LOG_MARK: Final = b'"k":"log"'
 READ_BYTES: Final = 1 << 20
 
 
@@ -87,22 +81,6 @@ def take_spans(w: WriterState, spans: list[dict[str, Any]], ended: list[dict[str
             w.open_spans[s["span_id"]] = s
 
 
-def backlog_report(writer: str, w: WriterState, victim: FileView, skipped: int) -> dict[str, Any]:
-    """The ``otlp_backlog`` loss report of a file skipped for budget pressure."""
-    now = time.time_ns()
-    return reports.loss_report(
-        what="dropped",
-        count=skipped,
-        reason=DropReasonValues.OTLP_BACKLOG.value,
-        pid=victim.pid,
-        identity=w.identity,
-        first_ts=now,
-        last_ts=now,
-        ts=now,
-        key=f"{writer}-otlp-backlog-{victim.index}",
-    )
-
-
 def read_view(cursor: SpoolFile, v: FileView, now_ns: int) -> Chunk | None:
     """Read ``v`` from ``cursor`` up to what the node log read of it (one read, its own
     descriptor). Every tail before that point was judged by the node log already: a tail
@@ -140,44 +118,6 @@ def open_view(cursor: SpoolFile, v: FileView) -> bool:
         return False
     cursor.fd = fd
     return True
-
-
-def victims(
-    views: list[FileView], writers: dict[str, WriterState], offset: Callable[[FileView], int]
-) -> list[tuple[str, FileView]]:
-    """Per live writer under budget pressure, its oldest file kept only for OTLP (the
-    caller holds the exporter's lock; ``offset`` is the OTLP cursor of a file)."""
-    by_writer: dict[str, list[FileView]] = {}
-    for v in views:
-        by_writer.setdefault(v.writer, []).append(v)
-    out = []
-    for writer, files in by_writer.items():
-        w = writers.get(writer)
-        if w is None or not w.budget or all(v.gone for v in files):
-            continue  # a writer that has exited presses on nothing
-        # Act at half the budget: the other half covers the node log's own lag
-        # (a writer's older file becomes final only a while after it moved on).
-        excess = sum(v.size for v in files) + w.max_file - w.budget * PRESSURE
-        for v in files:  # oldest first, until the writer is back under the mark
-            if excess <= 0:
-                break
-            if v.final and v.committed >= v.size and offset(v) < v.size:
-                out.append((writer, v))
-                excess -= v.size
-    return out
-
-
-def count_logs(v: FileView, start: int) -> int:
-    """Log records in ``v`` from ``start`` to its end (0 when it cannot be read)."""
-    probe = new_cursor(v.name, SpoolFileName(v.writer, v.index, v.pid, ""), v.ino)
-    if not open_view(probe, v):
-        return 0
-    try:
-        return os.pread(probe.fd, v.size - start, start).count(_LOG_MARK)
-    except OSError:
-        return 0
-    finally:
-        probe.close()
 
 
 def died_in_spans(

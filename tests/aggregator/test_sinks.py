@@ -105,3 +105,56 @@ def test_otlp_json_files_keep_flowing_while_the_endpoint_is_down(tmp_path: Path)
             receiver.status = 200
             assert receiver.wait_for(lambda r: _unique(r) >= WRITERS * RECORDS, timeout=90)
     assert _json_records(out) == WRITERS * RECORDS
+
+
+def test_otlp_json_directory_removed_while_in_use_is_made_again(tmp_path: Path) -> None:
+    """A cleanup job removes the OTLP/JSON directory under a running aggregator: the
+    records that come after are in a file at the same place, not retried for ever."""
+    import shutil
+
+    directory = spool_dir(tmp_path)
+    directory.mkdir(parents=True, exist_ok=True)
+    out = tmp_path / "json"
+    writer = SpoolWriter(directory, max_file_size=64 << 10, budget=64 << 20)
+
+    def log(start: int) -> None:
+        for i in range(start, start + 100):
+            writer.emit({"k": "log", "ts": 1_700_000_000_000_000_000 + i, "sev": 9,
+                         "lvl": "INFO", "lg": "t", "msg": f"rec 0 {i}"})  # fmt: skip
+
+    with running(config(tmp_path, otlp_json=out)):
+        log(0)
+        wait_for(lambda: _json_records(out) == 100, timeout=60, what="the first 100")
+        shutil.rmtree(out)
+        log(100)
+        wait_for(lambda: _json_records(out) == 100, timeout=60, what="the next 100, anew")
+        writer.close()
+
+
+def test_otlp_json_line_written_in_part_is_cut_off(tmp_path: Path) -> None:
+    """The disk fills in the middle of an OTLP/JSON line (here the file size limit): the
+    request is retried, and the file holds no half line meanwhile."""
+    import resource
+    import signal
+
+    from nvrx_otel.aggregator.otlp_delivery import JsonLines
+    from nvrx_otel.aggregator.otlp_encode import encode_logs
+    from nvrx_otel.aggregator.otlp_transport import Result
+
+    sink = JsonLines(tmp_path / "json", "n")
+    records = [{"v": 1, "k": "log", "ts": 1_700_000_000_000_000_000, "sev": 9, "lvl": "INFO",
+                "lg": "t", "msg": "x" * 5000, "key": f"k-{i}"} for i in range(4)]  # fmt: skip
+    message = encode_logs([({}, records)], 0)
+    assert sink.deliver("logs", message, b"", 1.0) is Result.OK
+    whole = sink.paths["logs"].read_bytes()
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(whole) + 4096, limits[1]))
+    try:
+        assert sink.deliver("logs", message, b"", 1.0) is Result.RETRY
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, previous)
+    assert sink.paths["logs"].read_bytes() == whole  # no half line left behind
+    assert sink.deliver("logs", message, b"", 1.0) is Result.OK
+    assert sink.paths["logs"].read_bytes() == whole * 2

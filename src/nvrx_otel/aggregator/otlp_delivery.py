@@ -14,6 +14,7 @@ runs at once and no wait or send outlasts the drain's deadline.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -69,10 +70,14 @@ class EndpointExporter:
 
 class JsonLines:
     """``--otlp-json``: OTLP/JSON lines, logs and traces in separate files (the shape of
-    the collector's file exporter). Always acknowledges unless the disk fails."""
+    the collector's file exporter). Always acknowledges unless the disk fails: then the
+    request is retried, and a line it could write only in part is cut off again (a full
+    disk leaves no half line for a reader to choke on). A directory removed while in use
+    (a cleanup job) is made again."""
 
     def __init__(self, directory: Path, node: str) -> None:
         directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
         self.paths = {
             "logs": directory / f"logs_{node}.jsonl",
             "traces": directory / f"traces_{node}.jsonl",
@@ -85,12 +90,33 @@ class JsonLines:
             from nvrx_otel.aggregator.otlp_encode import to_json
 
             line = orjson.dumps(to_json(message), option=orjson.OPT_APPEND_NEWLINE)
-            with open(self.paths[signal], "ab") as fh:
-                fh.write(line)
+            self.directory.mkdir(parents=True, exist_ok=True)
+            _append_line(self.paths[signal], line)
             return Result.OK
         except OSError as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
             return Result.RETRY
+
+
+def _append_line(path: Path, line: bytes) -> None:
+    """Append ``line`` whole or not at all (what a failed write left is cut off)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    try:
+        start = os.fstat(fd).st_size
+        view = memoryview(line)
+        done = 0
+        try:
+            while done < len(line):
+                done += os.write(fd, view[done:])
+        except OSError:
+            if done:
+                try:
+                    os.ftruncate(fd, start)
+                except OSError:
+                    pass
+            raise
+    finally:
+        os.close(fd)
 
 
 class Delivery:

@@ -7,7 +7,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
@@ -15,7 +20,13 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceRequest,
     ExportLogsServiceResponse,
 )
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 
+from nvrx_otel import record as rec
 from tests.aggregator.spoolkit import FakeWriter, wait_for
 from tests.conftest import spawn
 from tests.faults.ledger import MESSAGE, count_node_log, count_otlp, defect, settle
@@ -185,3 +196,63 @@ def test_otlp_partial_success_rejections_are_reported(tmp_path: Path) -> None:
             logs = list(receiver.logs)
     assert code == 0, err
     settle("OTLP partial success rejects half", 100, node.log_path, logs, note=err[-200:])
+
+
+@contextmanager
+def grpc_receiver(logs: PartialReceiver) -> Iterator[tuple[str, list[int]]]:
+    """An OTLP/gRPC endpoint: logs as ``logs`` takes them (a partial success rejecting the
+    odd ones), every span rejected in a partial success (their counts listed)."""
+    grpc = pytest.importorskip("grpc")
+    spans: list[int] = []
+
+    def export_logs(body: bytes, _: Any) -> bytes:
+        return logs._take("/v1/logs", body)
+
+    def export_traces(body: bytes, _: Any) -> bytes:
+        req = ExportTraceServiceRequest.FromString(body)
+        n = sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans)
+        spans.append(n)
+        partial = ExportTracePartialSuccess(rejected_spans=n, error_message="no spans")
+        return ExportTraceServiceResponse(partial_success=partial).SerializeToString()
+
+    def export_metrics(body: bytes, _: Any) -> bytes:
+        return b""
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=4))
+    for service, fn in (("logs.v1.LogsService", export_logs),
+                        ("trace.v1.TraceService", export_traces),
+                        ("metrics.v1.MetricsService", export_metrics)):  # fmt: skip
+        handler = {"Export": grpc.unary_unary_rpc_method_handler(fn)}
+        name = f"opentelemetry.proto.collector.{service}"
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(name, handler)])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}", spans
+    finally:
+        server.stop(0)
+
+
+def test_otlp_grpc_partial_success_for_logs_and_spans(tmp_path: Path) -> None:
+    """The same partial success over gRPC, for logs and for spans: rejected log records
+    are reported at the receiver; rejected spans are counted dropped, not exported."""
+    node = Node(tmp_path, OTEL_EXPORTER_OTLP_PROTOCOL="grpc")
+    w = FakeWriter(node.job_dir, pid=20_001, writer="00000000000000f2", proc="rank0")
+    span = {"v": 1, "trace_id": "ab" * 16, "span_id": "cd" * 8, "name": "step", "pid": 20_001}
+    w.raw(rec.encode(span | {"k": "span_start", "ts": time.time_ns(), "key": "s-0"}))
+    for i in range(100):
+        w.log(f"r0-{i}")
+    w.raw(rec.encode(span | {"k": "span_end", "ts": time.time_ns(), "start": 1, "key": "s-1"}))
+    w.close()
+    receiver = PartialReceiver()
+    with grpc_receiver(receiver) as (endpoint, spans):
+        node.start("--otlp-endpoint", endpoint, "--drain-timeout", "5")
+        receiver.wait_for(lambda r: count_otlp(r.logs).reported >= 50, timeout=60)
+        code, err = node.stop()
+        with receiver.lock:
+            logs = list(receiver.logs)
+    assert code == 0, err
+    settle("OTLP/gRPC partial success rejects half", 100, node.log_path, logs, note=err[-200:])
+    assert spans == [1], err
+    # 50 records and the report of the 50 others; the one span rejected is dropped
+    assert "exported 51 log records, 0 spans, 0 truncated spans; 51 dropped" in err, err

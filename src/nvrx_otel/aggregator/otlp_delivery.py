@@ -219,8 +219,9 @@ class Delivery:
                     self._say_once(
                         f"partial:{signal}",
                         f"OTLP endpoint rejected {rejected} of a {signal} batch of {count} "
-                        f"({dest.last_error}); counted as dropped and reported to it (said "
-                        "once; the summary counts them all)",
+                        f"({dest.last_error}); counted as dropped"
+                        + (" and reported to it" if signal == "logs" else "")
+                        + " (said once; the summary counts them all)",
                     )
                 return rejected
             if result is Result.REJECTED:

@@ -175,18 +175,20 @@ class SpoolDir:
             return False
         try:
             st = os.fstat(fd)
-            crc = header_crc(read_header(fd)) if stat.S_ISREG(st.st_mode) else -1
+            if st.st_ino != f.ino:
+                os.close(fd)
+                return False  # the name means another entry now: the next scan tracks it
+            if not stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                self._unreadable(f, False, "not a regular file")
+                return False
+            crc = header_crc(read_header(fd))
         except OSError as exc:
             os.close(fd)
             if exc.errno not in _FOR_NOW:
-                self._unreadable(f, False, exc.strerror or str(exc))
+                self._unreadable(f, True, exc.strerror or str(exc))
             return False
-        ino = st.st_ino
-        if crc < 0:  # a FIFO or device took the name after the scan
-            os.close(fd)
-            self._unreadable(f, False, "not a regular file")
-            return False
-        if ino != f.ino or (f.hdr_crc and crc and crc != f.hdr_crc):
+        if f.hdr_crc and crc and crc != f.hdr_crc:
             os.close(fd)
             return False  # the name means another file now: the next scan tracks it
         f.fd = fd

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from nvrx_otel.spool.paths import SpoolFileName
+from nvrx_otel.spool.sidecar import ledger_name
 from tests.aggregator.spoolkit import FakeWriter, wait_for
 from tests.conftest import spawn
 from tests.faults.ledger import settle
@@ -80,6 +81,9 @@ def test_live_writer_file_of_another_user_is_not_waited_for(tmp_path: Path) -> N
     other = FakeWriter(node.job_dir, pid=20_009, writer="00000000000000b9", proc="rank9")
     other.log("r9-0")
     os.chmod(other.path, 0)  # the writer keeps its descriptor, its lock and going on
+    ledger = node.job_dir / ledger_name("rank9", 20_009, "00000000000000b9")
+    ledger.write_bytes(b"\0" * 64)  # its drop ledger, as a real writer has, unreadable too
+    os.chmod(ledger, 0)
     w = FakeWriter(node.job_dir, pid=20_001, writer="00000000000000a1", proc="rank0")
     for i in range(100):
         w.log(f"r0-{i}")

@@ -160,8 +160,9 @@ class DropLedgers:
 
 
 def _all_read(files: list[SpoolFile], names: set[str], spool: SpoolDir) -> bool:
-    """Every spool file of the writer is tracked, final and read to its end."""
-    if any(name not in spool.by_name for name in names):
+    """Every spool file of the writer is tracked, final and read to its end (one that
+    cannot be read at all is not waited for: ``SpoolDir.unreadable``)."""
+    if any(name not in spool.by_name and name not in spool.unreadable for name in names):
         return False  # a file the last scan did not see yet
     return all(f.final and f.offset >= f.size and not f.tail and not f.held for f in files)
 

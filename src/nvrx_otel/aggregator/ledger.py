@@ -87,7 +87,7 @@ class DropLedgers:
             if path in self._after_commit:
                 continue
             writer = m["writer"]
-            files = [f for f in groups.get(writer, []) if f.fd >= 0]
+            files = groups.get(writer, [])  # parked ones (no descriptor) too
             if not _all_read(files, on_disk.get(writer, set()), spool):
                 waiting += 1
                 continue
@@ -122,7 +122,7 @@ class DropLedgers:
                 _unlink(path)
                 return "deleted"
             written = view.written
-            if view.pending and _holds_key(files, f"{writer}-{view.pending_seq:x}"):
+            if view.pending and _holds_key(files, f"{writer}-{view.pending_seq:x}", self.dir):
                 written += view.pending
             already = view.reported if _committed(view, log) else 0
             missing = view.dropped - written - already
@@ -175,17 +175,26 @@ def _committed(view: sidecar.LedgerView, log: NodeLogFile) -> bool:
     return log.length > view.report_offset
 
 
-def _holds_key(files: list[SpoolFile], key: str) -> bool:
+def _holds_key(files: list[SpoolFile], key: str, directory: Path) -> bool:
     """Whether the writer's newest file ends with a record of ``key`` (its last drop
-    record, when it died while writing it)."""
+    record, when it died while writing it, or could not write it: a full disk). A parked
+    file (its descriptor closed once read) is opened by name for the look."""
     if not files:
         return True  # consumed and deleted: it was read (as a drop record) if it was there
     f = files[-1]
+    fd = f.fd
     try:
-        size = os.fstat(f.fd).st_size
-        tail = os.pread(f.fd, min(size, _TAIL), max(0, size - _TAIL))
+        if fd < 0:
+            fd = os.open(directory / f.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            if os.fstat(fd).st_ino != f.ino:
+                return True  # the name means another file now: as if deleted
+        size = os.fstat(fd).st_size
+        tail = os.pread(fd, min(size, _TAIL), max(0, size - _TAIL))
     except OSError:
         return True
+    finally:
+        if fd >= 0 and fd != f.fd:
+            os.close(fd)
     return f'"key":"{key}"'.encode() in tail
 
 

@@ -8,6 +8,7 @@ the aggregator reads what no drop record reported.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -100,3 +101,23 @@ class DropCount:
         ledger, self.ledger, self.ledger_tried = self.ledger, None, False
         if ledger is not None:  # nothing left to report: no need for the aggregator to look
             ledger.close(remove=self.total == self.written and not self.pending)
+
+
+def append_whole(fd: int, line: bytes, size: int) -> tuple[bool, int]:
+    """Append a drop record's ``line`` to the file ``fd`` (``size`` bytes long) whole or not
+    at all: (written whole, bytes of a torn piece that could not be cut off again). A torn
+    drop record would hide its count from the reader, so a short write (a full disk) is
+    finished, or cut off again: the reader never consumes a line without its newline, so
+    cutting the file's own incomplete tail takes nothing it read."""
+    written = 0
+    try:
+        while written < len(line):
+            written += os.write(fd, line[written:])
+    except OSError:
+        if written:
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                return False, written
+        return False, 0
+    return True, 0

@@ -28,7 +28,7 @@ from nvrx_otel import record as rec
 from nvrx_otel.identity import get_identity, record_fields
 from nvrx_otel.semconv import DropReasonValues
 from nvrx_otel.spool import rotation, truncate, wake
-from nvrx_otel.spool.drops import DropCount
+from nvrx_otel.spool.drops import DropCount, append_whole
 from nvrx_otel.spool.paths import SpoolFileName, check_dir
 
 DEFAULT_MAX_FILE_SIZE: Final = env.SPOOL_FILE_SIZE_KB.default * 1024
@@ -360,12 +360,12 @@ class SpoolWriter:
         if self._need_newline:
             line = b"\n" + line
         drops.writing(count, seq)
-        try:
-            os.write(self.fd, line)
-        except OSError:
-            drops.wrote(count, ok=False)
+        ok, torn = append_whole(self.fd, line, self.size)
+        drops.wrote(count, ok=ok)
+        if not ok:
+            self.size += torn  # a piece that could not be cut off: alone on its line
+            self._need_newline = self._need_newline or bool(torn)
             return False
-        drops.wrote(count, ok=True)
         self._need_newline = False
         self.size += len(line)
         return True

@@ -165,6 +165,9 @@ class DropReasonValues(str, Enum):
     OTLP_BACKLOG = "otlp_backlog"
     """Records dropped from the OTLP backlog under spool-budget pressure after the node log had them."""
 
+    OTLP_REJECTED = "otlp_rejected"
+    """Records the OTLP endpoint refused for good (an HTTP 4xx or gRPC error not worth a retry) or rejected in a partial success, after the node log had them."""
+
 
 # --- span kinds ----------------------------------------------------------------------
 

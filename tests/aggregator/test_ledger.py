@@ -203,3 +203,27 @@ def test_loss_tally_is_reported_once_across_restarts(tmp_path: Path) -> None:
     assert _ledger(tmp_path)[1] == 150
     restart_with_note(length)  # cut off with the node log: again
     assert _ledger(tmp_path)[1] == 300
+
+
+def test_ledger_report_of_a_killed_writer_reaches_otlp_as_well_as_the_node_log(
+    tmp_path: Path,
+) -> None:
+    """A drop ledger's report comes from no spool file; OTLP gets it all the same, so the
+    OTLP side accounts for every record as the node log does."""
+    from nvrx_otel import semconv
+    from tests.otlp_receiver import OtlpReceiver
+
+    _killed_while_dropping(tmp_path, 700)
+
+    def otlp(r: OtlpReceiver) -> tuple[int, int]:
+        logs = {log["attributes"][semconv.RECORD_KEY]: log for log in r.logs}.values()
+        kept = sum(1 for log in logs if str(log["body"]).startswith("rec "))
+        ledger = [log for log in logs if "-ledger-" in log["attributes"][semconv.RECORD_KEY]]
+        return kept, sum(int(log["attributes"][semconv.DROP_COUNT]) for log in ledger)
+
+    with OtlpReceiver() as receiver:
+        with running(config(tmp_path, otlp_endpoint=receiver.endpoint)):
+            wait_for(lambda: sum(_ledger(tmp_path)) == 700, timeout=60, what="the node log")
+            assert receiver.wait_for(lambda r: sum(otlp(r)) >= 700, timeout=60)
+        kept, dropped = otlp(receiver)
+    assert dropped > 0 and (kept, dropped) == _ledger(tmp_path)

@@ -318,3 +318,40 @@ def test_file_name_comes_from_path_when_the_record_has_none() -> None:
     assert " train.py:12 m" in format_record(record, "n")
     assert " train.py:12 m" in format_clean_records([record], "n")
     assert " train.py:12 m" in format_record({**record, "exc": "Traceback"}, "n")
+
+
+@pytest.mark.parametrize("how", ["deleted", "renamed away", "replaced", "directory removed"])
+def test_node_log_gone_from_its_path_carries_what_is_not_committed(
+    tmp_path: Path, how: str
+) -> None:
+    """The path stops naming the open node log between two commits: ``follow`` moves on to
+    a file at the path and carries over exactly the bytes written since the last commit
+    (the committed ones stay where the operator put them)."""
+    import shutil
+
+    from nvrx_otel.aggregator.nodelog import NodeLogFile
+
+    path = tmp_path / "logs" / "node.log"
+    log = NodeLogFile(path)
+    log.open()
+    log.write(b"committed\n")
+    log.committed = log.length
+    assert log.follow() is None  # the path still names it
+    log.write(b"not committed\n")
+    if how == "deleted":
+        path.unlink()
+    elif how == "renamed away":
+        path.rename(path.with_name("node.log.old"))
+    elif how == "replaced":
+        path.with_name("other").write_bytes(b"someone else's\n")
+        path.with_name("other").replace(path)
+    else:
+        shutil.rmtree(path.parent)
+    assert log.follow() == len(b"not committed\n")
+    log.write(b"after\n")
+    log.sync()
+    before = b"someone else's\n" if how == "replaced" else b""
+    assert path.read_bytes() == before + b"not committed\nafter\n"
+    assert log.length == path.stat().st_size and log.committed == len(before)
+    assert log.follow() is None
+    log.close()

@@ -80,7 +80,7 @@ def test_otlp_backlog_is_dropped_first_and_reported(tmp_path: Path) -> None:
     ]
     skipped = sum(r["attributes"][semconv.DROP_COUNT] for r in reports)
     assert skipped > 0 and "OTLP backlog: skipped" in err
-    assert len(delivered) + skipped == written  # OTLP accounts for every node-log record
+    assert len(delivered) + skipped == written, err  # OTLP accounts for every node-log record
 
 
 def test_spool_file_is_deletable_only_past_a_committed_otlp_cursor() -> None:

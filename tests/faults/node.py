@@ -54,13 +54,18 @@ class Node:
                      stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True)  # fmt: skip
 
     def start(
-        self, *args: str, check_interval: float = 0.05, max_fds: int | None = None
+        self,
+        *args: str,
+        check_interval: float = 0.05,
+        max_fds: int | None = None,
+        wrap: tuple[str, ...] = (),
     ) -> subprocess.Popen[str]:
-        """Start the aggregator CLI and wait until it is aggregating."""
+        """Start the aggregator CLI (behind the command ``wrap``, if any) and wait until it
+        is aggregating."""
         assert self.agg is None or self.agg.poll() is not None
         self.runs += 1
         err = (self.tmp / f"aggregator-{self.runs}.err").open("w")
-        argv = [sys.executable, "-m", "nvrx_otel.logging.aggregator", "--log-dir",
+        argv = [*wrap, sys.executable, "-m", "nvrx_otel.logging.aggregator", "--log-dir",
                 str(self.tmp / "logs"), "--wait-file", str(self.wait_file), "--nice", "0",
                 "--check-interval", str(check_interval), *args]  # fmt: skip
         limit = None if max_fds is None else _fd_limit(max_fds)

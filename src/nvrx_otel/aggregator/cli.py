@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from nvrx_otel import env
+from nvrx_otel.aggregator.health import own_stderr, tell
 from nvrx_otel.aggregator.service import Aggregator, AggregatorConfig, AggregatorError
 
 DEFAULT_PROG = "python -m nvrx_otel.logging.aggregator"
@@ -131,6 +131,7 @@ def _url(text: str) -> str:
 def main(argv: Sequence[str] | None = None, *, prog: str = DEFAULT_PROG) -> int:
     """Run the aggregator; returns the exit code (2 for bad arguments, 1 when it cannot run
     or could not write the node log or commit its progress: records stayed undelivered)."""
+    own_stderr()  # this process is the aggregator's: a broken stderr pipe is silenced
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     try:
@@ -159,12 +160,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str = DEFAULT_PROG) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     except AggregatorError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+        tell(f"{prog}: error: {exc}")
         return 1
-    print(
+    tell(
         f"{prog}: aggregating {aggregator.job_dir} into {aggregator.log_path}"
-        f"{' in chronological order' if config.chrono else ''}; waiting for {config.wait_file}",
-        file=sys.stderr,
-        flush=True,
+        f"{' in chronological order' if config.chrono else ''}; waiting for {config.wait_file}"
     )
     return aggregator.run(install_signals=True)

@@ -16,9 +16,52 @@ PREFIX = "nvrx-otel aggregate"
 
 def say(message: str) -> None:
     """One line on stderr (never raises: stderr may be gone when the job ends)."""
+    tell(f"{PREFIX}: {message}")
+
+
+_own_stderr = False
+
+
+def own_stderr() -> None:
+    """This process is the aggregator's own (the CLI), not a training process that runs it
+    in a thread: a stderr nobody reads any more may then be silenced for good."""
+    global _own_stderr
+    _own_stderr = True
+
+
+def tell(line: str) -> None:
+    """Write ``line`` to stderr; never raises. Stderr is only for people: a closed stderr
+    or a pipe whose reader is gone (``EPIPE``; SIGPIPE is ignored by Python) loses the line,
+    never the aggregator. In the aggregator's own process a broken pipe on descriptor 2 is
+    replaced by ``/dev/null`` so that later lines, and the interpreter's flush at exit
+    (which would otherwise turn the exit status into 120), write nowhere without error."""
+    stream = sys.stderr
+    if stream is None:
+        return
     try:
-        print(f"{PREFIX}: {message}", file=sys.stderr, flush=True)
+        stream.write(line + "\n")
+        stream.flush()
+    except BrokenPipeError:
+        if _own_stderr:
+            _silence_fd2()
     except Exception:  # stderr closed: the node log and the state still hold the facts
+        pass
+
+
+def _silence_fd2() -> None:
+    try:
+        null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.dup2(null, 2)
+    except OSError:
+        pass
+    finally:
+        os.close(null)
+    try:
+        sys.stderr.flush()  # what the failed write left buffered goes nowhere now
+    except Exception:
         pass
 
 

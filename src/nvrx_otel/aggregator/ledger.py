@@ -92,7 +92,7 @@ class DropLedgers:
             if path in self._after_commit:
                 continue
             writer = m["writer"]
-            files = [f for f in groups.get(writer, []) if f.fd >= 0]
+            files = groups.get(writer, [])  # parked ones (no descriptor) too
             if not _all_read(files, on_disk.get(writer, set()), spool):
                 waiting += 1
                 continue
@@ -130,7 +130,7 @@ class DropLedgers:
                 _unlink(path)
                 return "deleted"
             written = view.written
-            if view.pending and _holds_key(files, f"{writer}-{view.pending_seq:x}"):
+            if view.pending and _holds_key(files, f"{writer}-{view.pending_seq:x}", self.dir):
                 written += view.pending
             already = view.reported if _committed(view, log) else 0
             missing = view.dropped - written - already
@@ -155,7 +155,7 @@ class DropLedgers:
                 ts=last,
                 key=f"{writer}-ledger-{view.dropped:x}",
             )
-            out.write([report], [(writer, ident.get("rank"), view.pid, missing, first, last)])
+            out.loss(writer, report, (writer, ident.get("rank"), view.pid, missing, first, last))
             health.dropped += missing
             totals["dropped"] = totals.get("dropped", 0) + missing
             self._after_commit.append(path)
@@ -224,8 +224,9 @@ class DropLedgers:
 
 
 def _all_read(files: list[SpoolFile], names: set[str], spool: SpoolDir) -> bool:
-    """Every spool file of the writer is tracked, final and read to its end."""
-    if any(name not in spool.by_name for name in names):
+    """Every spool file of the writer is tracked, final and read to its end (one that
+    cannot be read at all is not waited for: ``SpoolDir.unreadable``)."""
+    if any(name not in spool.by_name and name not in spool.unreadable for name in names):
         return False  # a file the last scan did not see yet
     return all(f.final and f.offset >= f.size and not f.tail and not f.held for f in files)
 
@@ -244,17 +245,26 @@ def _note_committed(ino: int, offset: int, log: NodeLogFile) -> bool:
     return log.length > offset
 
 
-def _holds_key(files: list[SpoolFile], key: str) -> bool:
+def _holds_key(files: list[SpoolFile], key: str, directory: Path) -> bool:
     """Whether the writer's newest file ends with a record of ``key`` (its last drop
-    record, when it died while writing it)."""
+    record, when it died while writing it, or could not write it: a full disk). A parked
+    file (its descriptor closed once read) is opened by name for the look."""
     if not files:
         return True  # consumed and deleted: it was read (as a drop record) if it was there
     f = files[-1]
+    fd = f.fd
     try:
-        size = os.fstat(f.fd).st_size
-        tail = os.pread(f.fd, min(size, _TAIL), max(0, size - _TAIL))
+        if fd < 0:
+            fd = os.open(directory / f.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            if os.fstat(fd).st_ino != f.ino:
+                return True  # the name means another file now: as if deleted
+        size = os.fstat(fd).st_size
+        tail = os.pread(fd, min(size, _TAIL), max(0, size - _TAIL))
     except OSError:
         return True
+    finally:
+        if fd >= 0 and fd != f.fd:
+            os.close(fd)
     at = tail.rfind(f'"key":"{key}"'.encode())
     if at < 0:
         return False

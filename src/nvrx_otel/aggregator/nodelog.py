@@ -6,6 +6,12 @@ its names are re-exported here for the aggregator's modules.
 The file sink appends with ``O_APPEND``, fsyncs on request, and rotates by renaming to
 ``.1``, ``.2``, ...; how a rotation survives a crash is the service's business (it commits
 the plan first), this module only carries out idempotent steps.
+
+The node log's path must name the file written: one deleted, renamed away or replaced
+under the aggregator (an operator freeing disk space, a cleanup job) would otherwise take
+every later record with it. :meth:`NodeLogFile.follow`, called at each commit, notices
+(by device and inode) and moves on to a file at the path, carrying over the bytes written
+since the last commit; what was committed before stays where the operator put it.
 """
 
 from __future__ import annotations
@@ -77,19 +83,48 @@ class NodeLogFile:
         self.keep = backups
         self.fd = -1
         self.ino = 0
+        self.dev = 0
         self.length = 0
+        self.committed = 0  # length as of the last commit (the caller's to set)
         self.stats: Stats = {}
         self.backups: list[Backup] = []
 
     def open(self) -> None:
         """Open (creating) the file for appending; ``length`` is its current size."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(
-            self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644
-        )
+        fd = _open_at(self.path)
         st = os.fstat(fd)
         self.close()
-        self.fd, self.ino, self.length = fd, st.st_ino, st.st_size
+        self.fd, self.ino, self.dev = fd, st.st_ino, st.st_dev
+        self.length = self.committed = st.st_size
+
+    def follow(self) -> int | None:
+        """If the path no longer names the open file (deleted, renamed away, replaced):
+        append to the file at the path (made when missing) the bytes written since the last
+        commit, make it the open one and return how many bytes moved; None when the path
+        still names the open file. The per-writer counts stay (a rotation that deletes the
+        new file reports the old one's records as well: too many, never too few)."""
+        try:
+            st = os.stat(self.path, follow_symlinks=False)
+            if (st.st_dev, st.st_ino) == (self.dev, self.ino):
+                return None
+        except FileNotFoundError:
+            pass
+        carried = b""
+        if self.length > self.committed:
+            carried = os.pread(self.fd, self.length - self.committed, self.committed)
+        fd = _open_at(self.path)
+        try:
+            st = os.fstat(fd)
+            _write_all(fd, carried)
+            os.fsync(fd)
+        except OSError:
+            os.close(fd)
+            raise
+        self.close()
+        self.fd, self.ino, self.dev = fd, st.st_ino, st.st_dev
+        self.committed = st.st_size
+        self.length = st.st_size + len(carried)
+        return len(carried)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -99,15 +134,11 @@ class NodeLogFile:
     def truncate(self, length: int) -> None:
         """Cut the file back to ``length`` bytes (what a restart does with uncommitted text)."""
         os.ftruncate(self.fd, length)
-        self.length = length
+        self.length = self.committed = length
 
     def write(self, data: bytes) -> None:
         """Append ``data`` whole (a short write is finished; an error raises OSError)."""
-        view = memoryview(data)
-        written = 0
-        while written < len(data):
-            written += os.write(self.fd, view[written:])
-        self.length += written
+        self.length += _write_all(self.fd, data)
 
     def sync(self) -> None:
         os.fsync(self.fd)
@@ -148,19 +179,32 @@ class NodeLogFile:
         for src, dst, ino in plan.renames:
             if _ino(parent / src) == ino:
                 os.replace(parent / src, parent / dst)
-        fd = os.open(
-            self.path,
-            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW,
-            0o644,
-        )
+        fd = _open_at(self.path)
         st = os.fstat(fd)
         if any(st.st_ino == ino for _, _, ino in plan.renames):  # cannot happen: renamed away
             os.close(fd)
             raise OSError(f"node log {self.path} was not rotated")
         os.ftruncate(fd, 0)  # anything here was written after the plan and never committed
-        self.fd, self.ino, self.length = fd, st.st_ino, 0
+        self.fd, self.ino, self.dev, self.length, self.committed = fd, st.st_ino, st.st_dev, 0, 0
         self.stats = {}
         self.backups = list(plan.backups)
+
+
+def _open_at(path: Path) -> int:
+    """The node log at ``path``, opened (made when missing, its directory too) to append
+    and to read back what is not committed yet (:meth:`NodeLogFile.follow`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+    return os.open(path, flags, 0o644)
+
+
+def _write_all(fd: int, data: bytes) -> int:
+    """Append ``data`` whole (a short write is finished; an error raises OSError)."""
+    view = memoryview(data)
+    written = 0
+    while written < len(data):
+        written += os.write(fd, view[written:])
+    return written
 
 
 def _ino(path: Path) -> int:

@@ -1,21 +1,27 @@
-"""OTLP output of the aggregator: its own cursors, its own thread, at least once.
+"""The OTLP sink: batches of what the aggregator read, sent at least once, own cursors.
 
-The node log and OTLP progress separately but read alike: this exporter reads each spool
-file through the node log's reader (:func:`~nvrx_otel.aggregator.reader.read_chunk`), with
-its own cursor, up to what the node log has committed. So it decodes, validates, tears and
-reports exactly as the node log does: the same corrupt and drop reports reach OTLP, and
-OTLP never sees a record the node log has not written. Log records, loss reports and ended
-spans become OTLP requests (:class:`~nvrx_otel.aggregator.otlp_delivery.Delivery` sends
-them, retrying with backoff); a cursor advances only after every destination acknowledged
-what it read. Cursors hold no descriptor between passes: a file is opened for one read.
+The aggregator reads and decodes each spool byte once; the node log writes a batch and this
+sink takes the same batch (:meth:`OtlpExport.take`, records and ended spans of one spool
+file, with the reader position after them) into a bounded queue. So it sees exactly what
+the node log sees, corrupt and drop reports included; the drop ledgers' reports reach it
+through :meth:`OtlpExport.report`. Its own thread sends the queue in batches
+(:class:`~nvrx_otel.aggregator.otlp_delivery.Delivery` retries with backoff: this class
+decides *when*, the exporters *where*). A file's cursor as committed is the position up to
+which everything was acknowledged.
+
+A sink that lags (endpoint down, or slower than the node log) refuses batches once its
+queue is full and catches up later by reading from its own cursor through the same reader
+(:func:`~nvrx_otel.aggregator.reader.read_chunk`), up to what the node log has read; once
+it reaches the node log's position it takes the batches again. That second read happens
+only while it lags. Cursors hold no descriptor: a catch-up opens a file for one read.
 Cursors, open spans and reports not yet sent are committed with the aggregator's state, so
 a restart (even after ``kill -9``) resumes without losing anything or a report of a loss
 (it may send a batch twice; ``nv.nvrx.record.key`` removes such duplicates downstream).
 
-Under spool-budget pressure of a *live* writer (one whose unexported files would soon make
-it drop new records) the oldest file the node log already has is skipped here and the
-skip is reported as ``otlp_backlog`` drops: OTLP gives way, the node log never does. The
-files of writers that have exited press on nothing and are always exported in full.
+Under spool-budget pressure of a *live* writer (one whose files kept only for OTLP would
+soon make it drop new records) the oldest such file is skipped here and the skip is
+reported as ``otlp_backlog`` drops: OTLP gives way, the node log never does. The files of
+writers that have exited press on nothing and are always exported in full.
 
 A span whose writer died before ending it is exported ended at the writer's last record,
 with status ERROR and ``nv.nvrx.span.truncated = true``.
@@ -26,100 +32,118 @@ from __future__ import annotations
 import copy
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
-from nvrx_otel import record as rec
-from nvrx_otel.aggregator import reports
-from nvrx_otel.aggregator.health import say
-from nvrx_otel.aggregator.otlp_delivery import (
-    Delivery,
-    Destination,
-    EndpointDestination,
-    JsonLines,
-)
-from nvrx_otel.aggregator.otlp_encode import encode_logs, encode_spans
+from nvrx_otel.aggregator.health import human_bytes, say
+from nvrx_otel.aggregator.otlp_delivery import Delivery, Exporter
 from nvrx_otel.aggregator.otlp_files import (
+    Batch,
     FileView,
-    WriterState,
-    count_logs,
     died_in_spans,
     new_cursor,
-    open_view,
-    victims,
+    read_view,
+    take_header,
+    take_spans,
 )
-from nvrx_otel.aggregator.otlp_transport import Transport
-from nvrx_otel.aggregator.reader import SpoolFile, read_chunk
-from nvrx_otel.semconv import DropReasonValues
+from nvrx_otel.aggregator.otlp_losses import rejection
+from nvrx_otel.aggregator.otlp_pressure import relieve, victims
+from nvrx_otel.aggregator.reader import Chunk, SpoolFile
+from nvrx_otel.aggregator.state import OtlpProgress, WriterState
 from nvrx_otel.spool.paths import SpoolFileName, parse_name
 
-__all__ = ["FileView", "JsonLines", "OtlpExport", "build_export"]
+__all__ = ["FileView", "OtlpExport"]
 
-READ_BYTES: Final = 1 << 20
 BATCH_RECORDS: Final = 2048
-
-
-@dataclass
-class _Read:
-    """What one pass read: per writer its log records and reports, and its ended spans."""
-
-    logs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    spans: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    cursors: dict[str, tuple[SpoolFile, SpoolFile]] = field(default_factory=dict)  # was, now
-    count: int = 0
+"""Records (and spans) sent in one request."""
+QUEUE_RECORDS: Final = 16 * BATCH_RECORDS
+QUEUE_BYTES: Final = 16 << 20
+"""The queue holds at most this much; past it the sink lags and catches up by reading."""
 
 
 class OtlpExport:
-    """The OTLP side of one aggregator (see the module docstring)."""
+    """The OTLP sink of one aggregator (see the module docstring)."""
 
     def __init__(
         self,
         *,
-        logs: Transport | None = None,
-        traces: Transport | None = None,
-        json: JsonLines | None = None,
+        exporters: list[Exporter] | None = None,
         on_report: Callable[[str], None] = say,
+        has_endpoint: bool = False,
+        label: str = "OTLP",
     ) -> None:
-        self.logs = logs
-        self.traces = traces
-        self.json = json
+        self.has_endpoint = has_endpoint  # health metrics go to the same endpoint
+        self.label = label
         self.on_report = on_report
         self.lock = threading.Lock()
+        # Per spool file the reader position after everything queued or acknowledged.
         self.cursors: dict[str, SpoolFile] = {}
         # Cursors as of the last state handed out, and as of the last one committed: a
-        # spool file may be deleted only once a committed cursor is past it (a skip or a
-        # delivery not yet committed would otherwise die with the file on a kill -9).
+        # spool file may be deleted only once a committed cursor is past it.
         self._handed: dict[str, tuple[int, int]] = {}
         self._durable: dict[str, tuple[int, int]] = {}
         self.writers: dict[str, WriterState] = {}
         self.views: list[FileView] = []
         self.exported = {"logs": 0, "spans": 0, "truncated": 0}
         self.skipped = 0  # records skipped for budget pressure (otlp_backlog)
+        self.rejected = 0  # log records the endpoint refused or rejected for good
+        self.reads = 0  # reads of its own (while lagging): bytes the loop had read already
         self.dirty = False
-        destinations: list[Destination] = []
-        if logs is not None or traces is not None:
-            transports = {"logs": logs, "traces": traces}
-            destinations.append(EndpointDestination({k: v for k, v in transports.items() if v}))
-        if json is not None:
-            destinations.append(json)
-        self.delivery = Delivery(destinations, on_report=on_report, give_way=self._under_pressure)
+        self._queue: deque[Batch] = deque()
+        self._queued = [0, 0]  # records and bytes in the queue
+        self._ahead: set[str] = set()  # files taken past the last views (those are stale)
+        self.delivery = Delivery(
+            list(exporters or []),
+            on_report=on_report,
+            give_way=self._under_pressure,
+        )
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     @property
     def dropped(self) -> int:
-        """Records counted as dropped on the OTLP side (refused for good, or skipped)."""
-        return self.delivery.dropped + self.skipped
+        """Records counted as dropped on the OTLP side (refused or rejected for good, or
+        skipped); each is reported to the endpoint later (``otlp_losses``)."""
+        return self.delivery.dropped + self.rejected + self.skipped
 
-    # --- called by the aggregator's loop (any thread) ------------------------------------------
+    # --- called by the aggregator's loop ----------------------------------------------------
+
+    def take(self, chunk: Chunk, start: int) -> None:
+        """A batch the loop read from ``chunk.file`` at ``start`` (and wrote to the node log).
+        Queued when it continues this sink's cursor and the queue has room; otherwise the
+        sink lags and reads those bytes itself later."""
+        f = chunk.file
+        records = chunk.records
+        spans = chunk.spans or []
+        with self.lock:
+            if self._queued[0] >= QUEUE_RECORDS or self._queued[1] >= QUEUE_BYTES:
+                return
+            c = self.cursors.get(f.name)
+            at = (f.ino, 0) if c is None or c.ino != f.ino else (c.ino, c.offset)
+            if at != (f.ino, start):
+                return
+            cursor = copy.copy(f)  # the reader's state after these bytes
+            cursor.fd = -1
+            cursor.identity = dict(f.identity)
+            self.cursors[f.name] = cursor
+            self._ahead.add(f.name)
+            self._enqueue(Batch(f.name, f.ino, start, chunk.end, f.writer, records, []), spans, f)
+        self._wake.set()
+
+    def report(self, writer: str, record: dict[str, Any]) -> None:
+        """A loss report the node log got outside any spool file (a drop ledger's)."""
+        with self.lock:
+            self.writers.setdefault(writer, WriterState()).pending_reports.append(record)
+            self.dirty = True
+        self._wake.set()
 
     def update(self, views: list[FileView]) -> None:
         """The current spool files; wakes the exporter when there is something new."""
         with self.lock:
             self.views = views
+            self._ahead.clear()
             live = {v.name for v in views}
             for name in [n for n in self.cursors if n not in live]:
                 del self.cursors[name]
@@ -135,56 +159,71 @@ class OtlpExport:
         """Everything the node log committed has been exported (or reported dropped)."""
         with self.lock:
             return (
-                all(self._offset(v) >= v.committed for v in self.views)
-                and not self._pending_truncation()
+                not self._queue
+                and all(self._offset(v) >= v.committed for v in self.views)
+                and not died_in_spans(self.views, self.writers, self._offset)
                 and not any(w.pending_reports for w in self.writers.values())
             )
 
-    def state(self) -> dict[str, Any]:
-        """What to commit with the aggregator's state."""
+    def state(self) -> OtlpProgress:
+        """What to commit with the aggregator's state: per file, the position up to which
+        everything was acknowledged (where the first batch still queued starts)."""
         with self.lock:
             self.dirty = False
-            self._handed = {n: (c.ino, c.offset) for n, c in self.cursors.items()}
-            return {
-                "cursors": {n: [ino, offset] for n, (ino, offset) in self._handed.items()},
-                "writers": {w: s.to_json() for w, s in self.writers.items()},
-                "skipped": self.skipped,
-            }
+            pending: dict[str, tuple[int, int]] = {}
+            for b in self._queue:
+                pending.setdefault(b.name, (b.ino, b.start))
+            handed = {n: (c.ino, c.offset) for n, c in self.cursors.items()}
+            handed.update((n, p) for n, p in pending.items() if n in handed)
+            self._handed = handed
+            return OtlpProgress(
+                cursors=dict(handed),
+                writers={w: s.copy() for w, s in self.writers.items()},
+                skipped=self.skipped,
+            )
 
     def committed(self) -> None:
         """The last :meth:`state` is committed: its cursors now decide what may be deleted."""
         with self.lock:
             self._durable = self._handed
 
-    def restore(self, saved: dict[str, Any] | None) -> None:
-        if not saved:
+    def restore(self, saved: OtlpProgress | None) -> None:
+        if saved is None:
             return
         with self.lock:
-            for w, s in saved.get("writers", {}).items():
-                self.writers[w] = WriterState.from_json(s)
-            for name, (ino, offset) in saved.get("cursors", {}).items():
+            self.writers.update((w, s.copy()) for w, s in saved.writers.items())
+            for name, (ino, offset) in saved.cursors.items():
                 parts = parse_name(name)
                 if parts is not None:
-                    c = self.cursors[name] = new_cursor(name, parts, int(ino))
-                    c.offset = int(offset)
-                    self._durable[name] = (int(ino), int(offset))
+                    c = self.cursors[name] = new_cursor(name, parts, ino)
+                    c.offset = offset
+                    self._durable[name] = (ino, offset)
                     w = self.writers.get(parts.writer)
                     if w is not None:
                         c.identity = dict(w.identity)
-            self.skipped = int(saved.get("skipped") or 0)
+            self.skipped = saved.skipped
 
     def summary(self) -> str:
         e = self.exported
         text = (
-            f"OTLP: exported {e['logs']} log records, {e['spans']} spans, "
+            f"{self.label}: exported {e['logs']} log records, {e['spans']} spans, "
             f"{e['truncated']} truncated spans; {self.dropped} dropped"
         )
         if not self.caught_up():
-            text += "; not caught up: the rest stays in the spool for the next run"
+            with self.lock:
+                queued = self._queued[0]
+                unread = sum(max(0, v.read - self._offset(v)) for v in self.views)
+            text += (
+                f"; not caught up: {queued} records queued or in flight and "
+                f"{human_bytes(unread)} of spool not yet read for {self.label} were not "
+                "delivered; they stay in the spool for the next run"
+            )
         return text
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="nvrx-otel-otlp", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"nvrx-otel-{self.label.lower()}", daemon=True
+        )
         self._thread.start()
 
     def drain_by(self, deadline: float) -> None:
@@ -194,12 +233,58 @@ class OtlpExport:
         self._wake.set()
 
     def stop(self, deadline: float) -> None:
-        """Keep exporting until caught up or ``deadline`` (monotonic), then stop."""
+        """Keep exporting until caught up or ``deadline`` (monotonic), then stop. The
+        deadline bounds the wait: a request still in flight then (a receiver that never
+        answers) is left to its daemon thread, unacknowledged, so its records stay in the
+        spool for the next run, as everything not delivered does."""
         self.delivery.drain_by(deadline)
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(max(0.0, deadline - time.monotonic()) + 5.0)
+            self._thread.join(max(0.0, deadline - time.monotonic()))
+
+    # --- the queue (the caller holds the lock) ------------------------------------------------
+
+    def _enqueue(self, batch: Batch, spans: list[dict[str, Any]], f: SpoolFile) -> None:
+        """Queue ``batch``, keeping the writer's state (resource, open spans) up to date."""
+        w = self.writers.setdefault(batch.writer, WriterState())
+        header = f.header
+        if header is not None and not w.budget:
+            take_header(w, header)
+        for r in batch.records:
+            ts = r.get("ts")
+            if isinstance(ts, int) and ts > w.last_ts:
+                w.last_ts = ts
+        take_spans(w, spans, batch.spans)
+        self._queue.append(batch)
+        self._queued[0] += batch.count
+        self._queued[1] += batch.end - batch.start
+
+    def queued_of(self, name: str) -> list[Batch]:
+        """The queued batches of spool file ``name`` (the caller holds the lock)."""
+        return [b for b in self._queue if b.name == name]
+
+    def unqueue(self, batches: list[Batch]) -> None:
+        """Take ``batches`` out of the queue unsent (the caller holds the lock)."""
+        for b in batches:
+            self._queue.remove(b)
+            self._queued[0] -= b.count
+            self._queued[1] -= b.end - b.start
+
+    def _offset(self, v: FileView) -> int:
+        c = self.cursors.get(v.name)
+        return c.offset if c is not None and c.ino == v.ino else 0
+
+    def cursor(self, v: FileView) -> SpoolFile:
+        """The cursor of ``v``; a new one for a new inode."""
+        c = self.cursors.get(v.name)
+        if c is None or c.ino != v.ino:
+            parts = parse_name(v.name) or SpoolFileName(v.writer, v.index, v.pid, "proc")
+            c = self.cursors[v.name] = new_cursor(v.name, parts, v.ino)
+            w = self.writers.get(v.writer)
+            if w is not None:
+                c.identity = dict(w.identity)
+        return c
 
     # --- the exporter thread ----------------------------------------------------------------
 
@@ -220,201 +305,91 @@ class OtlpExport:
     def _pass(self) -> bool:
         with self.lock:
             views = sorted(self.views, key=lambda v: (v.writer, v.index))
-        self._relieve(views)
-        read = _Read()
-        now_ns = time.time_ns()
-        for v in views:
-            if read.count >= BATCH_RECORDS:
-                break
-            self._read(v, read, now_ns)
-        truncated = self._truncated(views)
+        relieve(self, views)
+        self._catch_up(views)
         with self.lock:
+            batches: list[Batch] = []
+            count = 0
+            for b in self._queue:
+                if count >= BATCH_RECORDS:
+                    break
+                batches.append(b)
+                count += b.count
+            whole = len(batches) == len(self._queue)
+            truncated = died_in_spans(views, self.writers, self._offset) if whole else []
             reported = {
                 w: list(s.pending_reports) for w, s in self.writers.items() if s.pending_reports
             }
+            resources = {w: s.resource for w, s in self.writers.items()}
+            last_ts = {w: s.last_ts for w, s in self.writers.items()}
+        if not batches and not truncated and not reported:
+            return False
+        logs: dict[str, list[dict[str, Any]]] = {}
+        spans: dict[str, list[dict[str, Any]]] = {}
         for writer, pending in reported.items():
-            read.logs.setdefault(writer, [])[:0] = pending
-        if not read.cursors and not truncated and not reported:
+            logs.setdefault(writer, []).extend(pending)
+        for b in batches:
+            logs.setdefault(b.writer, []).extend(b.records)
+            spans.setdefault(b.writer, []).extend(b.spans)
+        trunc = [(res, start, last_ts[w]) for w, res, starts in truncated for start in starts]
+        lost = self.delivery.export(logs, spans, trunc, resources, self.exported)
+        if lost is None:
             return False
-        if not self._send(read.logs, read.spans, truncated):
-            return False
-        with self.lock:
+        with self.lock:  # what was refused is reported with the same commit that passes it
+            rejected = rejection(logs, self.writers, lost)
+            self.rejected += rejected.records
+            for _ in batches:
+                b = self._queue.popleft()
+                self._queued[0] -= b.count
+                self._queued[1] -= b.end - b.start
             for writer, pending in reported.items():
                 del self.writers[writer].pending_reports[: len(pending)]
-            for name, (was, cursor) in read.cursors.items():
-                if self.cursors.get(name) is was:  # not replaced or forgotten meanwhile
-                    self.cursors[name] = cursor
             for writer, _, _ in truncated:
                 self.writers[writer].open_spans.clear()
+            for writer, report in rejected.reports:
+                self.writers.setdefault(writer, WriterState()).pending_reports.append(report)
             self.dirty = True
+        if rejected.given_up:
+            self.on_report(
+                f"{self.label} endpoint refused the report of {rejected.given_up} records it "
+                "refused before: they are reported in the node log only"
+            )
         return True
 
-    def _read(self, v: FileView, read: _Read, now_ns: int) -> None:
-        """Read what the node log committed of ``v`` past the OTLP cursor into ``read``."""
-        with self.lock:
-            was = self._cursor(v)
-            cursor = copy.copy(was)
-            w = self.writers.setdefault(v.writer, WriterState())
-        if cursor.offset >= v.committed and cursor.offset <= v.size:
-            return
-        if not open_view(cursor, v):
-            return
-        try:
-            # Up to the committed offset every tail was judged by the node log already: a
-            # tail there is one it reported torn, so it is final for this read.
-            chunk = read_chunk(
-                cursor, final=True, limit=READ_BYTES, want_ends=False, now_ns=now_ns,
-                end=v.committed, spans=True,
-            )  # fmt: skip
-        except OSError:
-            return
-        finally:
-            cursor.close()
-        if chunk is None:
-            if cursor.offset != was.offset:
-                read.cursors[v.name] = (was, cursor)
-            return
-        header = cursor.header
-        if header is not None and not w.budget:
-            res = header.get("res")
+    def _catch_up(self, views: list[FileView]) -> None:
+        """While lagging: read what the node log read past this sink's cursors into the
+        queue (as long as it has room)."""
+        now_ns = time.time_ns()
+        for v in views:
             with self.lock:
-                if isinstance(res, dict):
-                    w.resource = res
-                w.identity = reports.identity_from_header(header)
-                w.budget = header.get("budget") or 0
-                w.max_file = header.get("max") or 0
-        logs = read.logs.setdefault(v.writer, [])
-        logs.extend(chunk.records)
-        read.count += len(chunk.records)
-        spans = read.spans.setdefault(v.writer, [])
-        with self.lock:
-            for r in chunk.records:
-                ts = r.get("ts")
-                if isinstance(ts, int) and ts > w.last_ts:
-                    w.last_ts = ts
-            for s in chunk.spans or ():
-                if s["ts"] > w.last_ts:
-                    w.last_ts = s["ts"]
-                if s["k"] == rec.KIND_SPAN_END:
-                    w.open_spans.pop(s["span_id"], None)
-                    spans.append(s)
-                    read.count += 1
-                else:
-                    w.open_spans[s["span_id"]] = s
-        read.cursors[v.name] = (was, cursor)
-
-    def _cursor(self, v: FileView) -> SpoolFile:
-        """The cursor of ``v`` (caller holds the lock); a new one for a new inode."""
-        c = self.cursors.get(v.name)
-        if c is None or c.ino != v.ino:
-            parts = parse_name(v.name) or SpoolFileName(v.writer, v.index, v.pid, "proc")
-            c = self.cursors[v.name] = new_cursor(v.name, parts, v.ino)
-            w = self.writers.get(v.writer)
-            if w is not None:
-                c.identity = dict(w.identity)
-        return c
-
-    def _offset(self, v: FileView) -> int:
-        c = self.cursors.get(v.name)
-        return c.offset if c is not None and c.ino == v.ino else 0
-
-    def _pending_truncation(self) -> bool:
-        return bool(died_in_spans(self.views, self.writers, self._offset))
-
-    def _truncated(self, views: list[FileView]) -> list[tuple[str, dict[str, Any], list[Any]]]:
-        with self.lock:
-            return died_in_spans(views, self.writers, self._offset)
-
-    # --- sending ------------------------------------------------------------------------------
-
-    def _send(
-        self,
-        logs: dict[str, list[dict[str, Any]]],
-        spans: dict[str, list[dict[str, Any]]],
-        truncated: list[tuple[str, dict[str, Any], list[dict[str, Any]]]],
-    ) -> bool:
-        """Send everything; True once every destination acknowledged it (or refused it for
-        good, which is counted as dropped). False when the exporter must stop first."""
-        resources = {w: s.resource for w, s in self.writers.items()}
-        log_batch = [(resources.get(w, {}), rs) for w, rs in logs.items() if rs]
-        span_batch = [(resources.get(w, {}), rs) for w, rs in spans.items() if rs]
-        trunc = [
-            (res, start, self.writers[w].last_ts)
-            for w, res, starts in truncated
-            for start in starts
-        ]
-        n_logs = sum(len(rs) for _, rs in log_batch)
-        n_spans = sum(len(rs) for _, rs in span_batch) + len(trunc)
-        if n_logs:
-            sent = self.delivery.send("logs", encode_logs(log_batch, time.time_ns()), n_logs)
-            if sent is None:
-                return False
-            if sent:
-                self.exported["logs"] += n_logs
-        if n_spans:
-            sent = self.delivery.send("traces", encode_spans(span_batch, trunc), n_spans)
-            if sent is None:
-                return False  # the logs go again with them: duplicates, never losses
-            if sent:
-                self.exported["spans"] += n_spans - len(trunc)
-                self.exported["truncated"] += len(trunc)
-        return True
+                if self._queued[0] >= BATCH_RECORDS or self._queued[1] >= QUEUE_BYTES:
+                    return
+                if v.name in self._ahead:
+                    continue  # the loop's batches feed it (and the view is older)
+                was = self.cursor(v)
+                if was.offset >= v.read and was.offset <= v.size:
+                    continue
+                cursor = copy.copy(was)
+            self.reads += 1
+            chunk = read_view(cursor, v, now_ns)
+            with self.lock:
+                if self.cursors.get(v.name) is not was:
+                    continue  # the loop's batches continued it meanwhile
+                self.cursors[v.name] = cursor
+                if chunk is None:
+                    continue
+                batch = Batch(v.name, v.ino, was.offset, chunk.end, v.writer, chunk.records, [])
+                self._enqueue(batch, chunk.spans or [], cursor)
 
     # --- budget pressure -----------------------------------------------------------------------
 
     def _under_pressure(self) -> bool:
         with self.lock:
-            return bool(victims(self.views, self.writers, self._offset))
+            return bool(victims(self.views, self.writers, self.sent))
 
-    def _relieve(self, views: list[FileView]) -> None:
-        """Skip (and report) the oldest node-logged file of a live writer whose spool files,
-        kept only for OTLP, would soon push it over its budget. The skip and its report are
-        committed together (the report waits in the writer's state until it is sent)."""
-        with self.lock:
-            chosen = victims(views, self.writers, self._offset)
-        for writer, victim in chosen:
-            with self.lock:
-                w = self.writers[writer]
-                start = self._cursor(victim).offset
-            skipped = count_logs(victim, start)
-            now = time.time_ns()
-            report = reports.loss_report(
-                what="dropped",
-                count=skipped,
-                reason=DropReasonValues.OTLP_BACKLOG.value,
-                pid=victim.pid,
-                identity=w.identity,
-                first_ts=now,
-                last_ts=now,
-                ts=now,
-                key=f"{writer}-otlp-backlog-{victim.index}",
-            )
-            with self.lock:
-                cursor = self._cursor(victim)
-                cursor.offset = max(cursor.offset, victim.size)
-                self.skipped += skipped
-                if skipped:
-                    w.pending_reports.append(report)
-                self.dirty = True
-            self.on_report(
-                f"OTLP backlog: skipped {skipped} records of {victim.name} (already in the node "
-                "log) so its writer stays within its spool budget"
-            )
-
-
-def build_export(config: Any, node_id: str) -> OtlpExport | None:
-    """The exporter an aggregator config asks for (``--otlp-endpoint``, the
-    ``OTEL_EXPORTER_OTLP_*`` variables, ``--otlp-json``), or None when OTLP is off."""
-    from nvrx_otel.aggregator.otlp_transport import otlp_enabled, resolve
-    from nvrx_otel.spool.paths import safe_component
-
-    endpoint: str | None = config.otlp_endpoint
-    json_dir: Path | None = config.otlp_json
-    if not otlp_enabled(endpoint=endpoint) and json_dir is None:
-        return None
-    logs = traces = None
-    if otlp_enabled(endpoint=endpoint):
-        logs = Transport("logs", resolve("logs", base_endpoint=endpoint))
-        traces = Transport("traces", resolve("traces", base_endpoint=endpoint))
-    json = JsonLines(json_dir, safe_component(node_id)) if json_dir is not None else None
-    return OtlpExport(logs=logs, traces=traces, json=json)
+    def sent(self, v: FileView) -> int:
+        """Where ``v`` is sent up to: the start of its first queued batch, else its cursor."""
+        for b in self._queue:
+            if b.name == v.name and b.ino == v.ino:
+                return b.start
+        return self._offset(v)

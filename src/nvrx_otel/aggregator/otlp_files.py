@@ -3,25 +3,25 @@
 :class:`FileView` is the aggregator loop's snapshot of one spool file; :class:`WriterState`
 what the exporter keeps per writer. OTLP cursors are the node log's reader cursors
 (:class:`~nvrx_otel.aggregator.reader.SpoolFile`) that hold no descriptor between reads
-(:func:`new_cursor`, :func:`open_view`). :func:`victims` says which files the OTLP backlog
-gives up when a live writer's spool files would soon push it over its budget.
+(:func:`new_cursor`, :func:`open_view`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from nvrx_otel.aggregator.reader import SpoolFile
+from nvrx_otel import record as rec
+from nvrx_otel.aggregator import reports
+from nvrx_otel.aggregator.reader import Chunk, SpoolFile, read_chunk
+from nvrx_otel.aggregator.state import WriterState
 from nvrx_otel.spool.paths import SpoolFileName
 
-PRESSURE: Final = 0.5
-"""Share of a writer's spool budget its files may fill before the OTLP backlog gives way."""
 _OPEN_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-_LOG_MARK: Final = b'"k":"log"'
+READ_BYTES: Final = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -35,46 +35,67 @@ class FileView:
     index: int
     pid: int
     committed: int  # bytes whose records are committed in the node log
+    read: int  # bytes the node log has read (the OTLP side reads no further)
     size: int
     final: bool  # the writer adds nothing more
     gone: bool  # the writer process is gone
 
 
-@dataclass
-class WriterState:
-    """What the exporter keeps of one writer (committed with the aggregator's state)."""
+@dataclass(eq=False)
+class Batch:
+    """Records (and ended spans) of one spool file from ``start`` to ``end``, queued for OTLP."""
 
-    resource: dict[str, Any] = field(default_factory=dict)
-    identity: dict[str, Any] = field(default_factory=dict)
-    budget: int = 0
-    max_file: int = 0
-    last_ts: int = 0
-    open_spans: dict[str, dict[str, Any]] = field(default_factory=dict)
-    pending_reports: list[dict[str, Any]] = field(default_factory=list)
+    name: str
+    ino: int
+    start: int
+    end: int
+    writer: str
+    records: list[dict[str, Any]]
+    spans: list[dict[str, Any]]
 
-    def to_json(self) -> dict[str, Any]:
-        """The form committed with the aggregator's state."""
-        return {
-            "last_ts": self.last_ts,
-            "open": dict(self.open_spans),
-            "res": self.resource,
-            "id": self.identity,
-            "budget": self.budget,
-            "max": self.max_file,
-            "reports": list(self.pending_reports),
-        }
+    @property
+    def count(self) -> int:
+        return len(self.records) + len(self.spans)
 
-    @classmethod
-    def from_json(cls, s: dict[str, Any]) -> WriterState:
-        return cls(
-            resource=dict(s.get("res") or {}),
-            identity=dict(s.get("id") or {}),
-            budget=int(s.get("budget") or 0),
-            max_file=int(s.get("max") or 0),
-            last_ts=int(s.get("last_ts") or 0),
-            open_spans=dict(s.get("open") or {}),
-            pending_reports=list(s.get("reports") or []),
-        )
+
+def take_header(w: WriterState, header: dict[str, Any]) -> None:
+    """What the exporter keeps of a writer from its spool header."""
+    res = header.get("res")
+    if isinstance(res, dict):
+        w.resource = res
+    w.identity = reports.identity_from_header(header)
+    budget, max_file = header.get("budget"), header.get("max")
+    w.budget = budget if isinstance(budget, int) else 0
+    w.max_file = max_file if isinstance(max_file, int) else 0
+
+
+def take_spans(w: WriterState, spans: list[dict[str, Any]], ended: list[dict[str, Any]]) -> None:
+    """Follow a writer's span records: starts wait in its open spans, ends go to ``ended``."""
+    for s in spans:
+        if s["ts"] > w.last_ts:
+            w.last_ts = s["ts"]
+        if s["k"] == rec.KIND_SPAN_END:
+            w.open_spans.pop(s["span_id"], None)
+            ended.append(s)
+        else:
+            w.open_spans[s["span_id"]] = s
+
+
+def read_view(cursor: SpoolFile, v: FileView, now_ns: int) -> Chunk | None:
+    """Read ``v`` from ``cursor`` up to what the node log read of it (one read, its own
+    descriptor). Every tail before that point was judged by the node log already: a tail
+    there is one it reported torn, so it is final for this read."""
+    if not open_view(cursor, v):
+        return None
+    try:
+        return read_chunk(
+            cursor, final=True, limit=READ_BYTES, want_ends=False, now_ns=now_ns,
+            end=v.read, spans=True,
+        )  # fmt: skip
+    except OSError:
+        return None
+    finally:
+        cursor.close()
 
 
 def new_cursor(name: str, parts: SpoolFileName, ino: int) -> SpoolFile:
@@ -97,44 +118,6 @@ def open_view(cursor: SpoolFile, v: FileView) -> bool:
         return False
     cursor.fd = fd
     return True
-
-
-def victims(
-    views: list[FileView], writers: dict[str, WriterState], offset: Callable[[FileView], int]
-) -> list[tuple[str, FileView]]:
-    """Per live writer under budget pressure, its oldest file kept only for OTLP (the
-    caller holds the exporter's lock; ``offset`` is the OTLP cursor of a file)."""
-    by_writer: dict[str, list[FileView]] = {}
-    for v in views:
-        by_writer.setdefault(v.writer, []).append(v)
-    out = []
-    for writer, files in by_writer.items():
-        w = writers.get(writer)
-        if w is None or not w.budget or all(v.gone for v in files):
-            continue  # a writer that has exited presses on nothing
-        # Act at half the budget: the other half covers the node log's own lag
-        # (a writer's older file becomes final only a while after it moved on).
-        excess = sum(v.size for v in files) + w.max_file - w.budget * PRESSURE
-        for v in files:  # oldest first, until the writer is back under the mark
-            if excess <= 0:
-                break
-            if v.final and v.committed >= v.size and offset(v) < v.size:
-                out.append((writer, v))
-                excess -= v.size
-    return out
-
-
-def count_logs(v: FileView, start: int) -> int:
-    """Log records in ``v`` from ``start`` to its end (0 when it cannot be read)."""
-    probe = new_cursor(v.name, SpoolFileName(v.writer, v.index, v.pid, ""), v.ino)
-    if not open_view(probe, v):
-        return 0
-    try:
-        return os.pread(probe.fd, v.size - start, start).count(_LOG_MARK)
-    except OSError:
-        return 0
-    finally:
-        probe.close()
 
 
 def died_in_spans(

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from nvrx_otel import semconv
-from nvrx_otel.aggregator.otlp_transport import OtlpConfig
+from nvrx_otel.aggregator.health import Health, say
+from nvrx_otel.aggregator.otlp_transport import OtlpConfig, resolve
+from nvrx_otel.identity import get_identity
+
+if TYPE_CHECKING:
+    from nvrx_otel.aggregator.config import AggregatorConfig
+    from nvrx_otel.aggregator.otlp_export import OtlpExport
 
 Reading = Callable[[], dict[str, float]]
 """Returns the current values: records, dropped, corrupt, backlog, lag, rate, exported."""
@@ -120,3 +126,33 @@ def _exporter(config: OtlpConfig) -> Any:
         compression=Compression.Gzip if config.compression == "gzip" else Compression.NoCompression,
         preferred_temporality=temporality,
     )
+
+
+def start_health_metrics(
+    config: AggregatorConfig, health: Health, otlp: OtlpExport, backlog: Callable[[], int]
+) -> HealthMetrics | None:
+    """The aggregator's health metrics over its OTLP endpoint (None when they cannot be:
+    they are a bonus, records matter)."""
+
+    def values() -> dict[str, float]:
+        pending = backlog()
+        lag = (time.time_ns() - health.last_ts) / 1e9 if pending and health.last_ts else 0.0
+        return {
+            "records": float(health.written),
+            "dropped": float(health.dropped + otlp.dropped),
+            "corrupt": float(health.corrupt),
+            "exported": float(sum(otlp.exported.values())),
+            "backlog": float(pending),
+            "lag": max(lag, 0.0),
+            "rate": health.rate(),
+        }
+
+    try:
+        endpoint = resolve("metrics", base_endpoint=config.otlp_endpoint)
+        interval = config.status_interval if config.status_interval > 0 else 60.0
+        return HealthMetrics(
+            endpoint, get_identity().resource(), values, interval_s=min(interval, 10.0)
+        )
+    except Exception as exc:
+        say(f"cannot export health metrics: {type(exc).__name__}: {exc}")
+        return None

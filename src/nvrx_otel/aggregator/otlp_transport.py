@@ -2,7 +2,9 @@
 
 ``Transport.send`` never raises: it answers OK, RETRY (endpoint down, overloaded or
 timing out: send the same batch again later) or REJECTED (the endpoint refused the data
-for good: count it as dropped, never loop on it).
+for good: count it as dropped, never loop on it). An OK answer may carry an OTLP *partial
+success*: the endpoint took the request but rejected some of its items for good (the
+specification forbids retrying them); ``Transport.rejected`` says how many.
 """
 
 from __future__ import annotations
@@ -107,6 +109,31 @@ def _signal_url(base: str, signal: str, protocol: str) -> str:
     return base.rstrip("/") + f"/v1/{signal}"
 
 
+def partial_rejections(signal: str, body: bytes) -> tuple[int, str]:
+    """Items an OTLP export response's ``partial_success`` rejects, and its message (0 and
+    "" for a full success, an empty body or one that is not such a response)."""
+    if not body:
+        return 0, ""
+    try:
+        if signal == "logs":
+            from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+                ExportLogsServiceResponse,
+            )
+
+            logs = ExportLogsServiceResponse.FromString(body).partial_success
+            return max(0, logs.rejected_log_records), logs.error_message
+        if signal == "traces":
+            from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+                ExportTraceServiceResponse,
+            )
+
+            spans = ExportTraceServiceResponse.FromString(body).partial_success
+            return max(0, spans.rejected_spans), spans.error_message
+    except Exception:  # not a protobuf response (a proxy's page): nothing known rejected
+        pass
+    return 0, ""
+
+
 class Transport:
     """Sends serialized export requests of one signal to one endpoint."""
 
@@ -114,10 +141,12 @@ class Transport:
         self.signal = signal
         self.config = config
         self.last_error = ""
+        self.rejected = 0  # items the last OK answer's partial success rejected
         self._session: Any = None
         self._grpc: Any = None
 
     def send(self, payload: bytes) -> Result:
+        self.rejected = 0
         try:
             if self.config.protocol == "grpc":
                 return self._send_grpc(payload)
@@ -154,6 +183,7 @@ class Transport:
             self.last_error = f"{type(exc).__name__}: {exc}"
             return Result.RETRY
         if 200 <= resp.status_code < 300:
+            self._partial(resp.content)
             return Result.OK
         self.last_error = f"HTTP {resp.status_code} from {cfg.endpoint}"
         return Result.RETRY if resp.status_code in _RETRY_HTTP else Result.REJECTED
@@ -186,7 +216,9 @@ class Transport:
         metadata = list(cfg.headers.items())
         compression = grpc.Compression.Gzip if cfg.compression == "gzip" else None
         try:
-            self._grpc(payload, timeout=cfg.timeout, metadata=metadata, compression=compression)
+            reply = self._grpc(
+                payload, timeout=cfg.timeout, metadata=metadata, compression=compression
+            )
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
             self.last_error = f"gRPC {code}"
@@ -200,4 +232,11 @@ class Transport:
                 grpc.StatusCode.DATA_LOSS,
             }
             return Result.RETRY if code in retry else Result.REJECTED
+        self._partial(reply if isinstance(reply, bytes) else b"")
         return Result.OK
+
+    def _partial(self, body: bytes) -> None:
+        rejected, message = partial_rejections(self.signal, body)
+        if rejected:
+            self.rejected = rejected
+            self.last_error = f"partial success from {self.config.endpoint}: {message or '-'}"

@@ -48,6 +48,8 @@ class Output:
         self.totals = totals
         self.rotate = rotate
         self._sink_errors: set[str] = set()
+        # Loss reports that come from no spool file (drop ledgers) go to the other sinks here.
+        self.loss_sinks: list[Callable[[str, dict[str, Any]], None]] = []
 
     def chunk(self, chunk: Chunk) -> None:
         """Write a chunk's records (reading order; the file's ``done`` is the caller's)."""
@@ -114,6 +116,13 @@ class Output:
                 if key not in self._sink_errors:
                     self._sink_errors.add(key)
                     say(f"record sink {sink!r} failed: {type(exc).__name__}: {exc}")
+
+    def loss(self, writer: str, report: dict[str, Any], acct: Accounting) -> None:
+        """Write a loss report of ``writer`` that no spool file holds (a drop ledger's) to
+        the node log, and hand it to every loss sink."""
+        self.write([report], [acct])
+        for sink in self.loss_sinks:
+            sink(writer, report)
 
     def rotation_reports(self, deleted: list[Backup]) -> None:
         """Report, per writer, the records node-log backups deleted by rotation held."""

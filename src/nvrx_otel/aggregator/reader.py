@@ -70,6 +70,7 @@ class SpoolFile:
     tail: int = 0  # bytes after the last complete line at the last read
     newer_since: float | None = None  # monotonic time a newer file of its writer appeared
     vanished: bool = False  # its name is gone or now names another file
+    unreadable: bool = False  # it can never be opened (not a regular file, not ours)
     held: int = 0  # records read but still held by the chronological merge
     committed: int = 0  # ``done`` as of the last commit
     final: bool = False  # the writer adds nothing more (as decided in the last cycle)

@@ -1,9 +1,11 @@
 """The aggregator service: spool directory in, node log out, progress committed.
 
 One loop: scan the job's spool directory (every check interval, or continuously while
-there is a backlog), read each writer's files in order, optionally merge chronologically,
-write the node log, then fsync it and commit progress (at least once a second while
-busy), and only then delete spool files that are consumed and final. A restart — after
+there is a backlog), read and decode each writer's new bytes once, in order, optionally
+merge chronologically, write the node log and hand the same batches to the other sinks
+(OTLP, ``sinks.py``), then fsync the node log and commit every sink's progress (at least
+once a second while busy; ``commit.py``), and only then delete spool files that are final
+and consumed by every sink. A restart — after
 ``kill -9`` too — truncates the node log to the committed length and resumes from the
 committed offsets, so every record is in the node log exactly once.
 
@@ -18,12 +20,11 @@ import threading
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
-from nvrx_otel import env
 from nvrx_otel.aggregator import state as st
+from nvrx_otel.aggregator.commit import Progress
+from nvrx_otel.aggregator.config import AggregatorConfig
 from nvrx_otel.aggregator.health import Health, say
 from nvrx_otel.aggregator.ledger import DropLedgers, WakeFifo
 from nvrx_otel.aggregator.lifecycle import (
@@ -35,64 +36,27 @@ from nvrx_otel.aggregator.lifecycle import (
     lower_priority,
     restore_signals,
 )
-from nvrx_otel.aggregator.merge import ChronoMerge
-from nvrx_otel.aggregator.nodelog import Backup, NodeLogFile, RotationPlan, escape
-from nvrx_otel.aggregator.otlp_export import FileView, build_export
-from nvrx_otel.aggregator.otlp_metrics import HealthMetrics
+from nvrx_otel.aggregator.nodelog import NodeLogFile, escape
 from nvrx_otel.aggregator.output import Output, RecordSink
 from nvrx_otel.aggregator.reader import Chunk, read_chunk
+from nvrx_otel.aggregator.sinks import build_sinks
 from nvrx_otel.aggregator.spooldir import SpoolDir
 from nvrx_otel.identity import get_identity
-from nvrx_otel.spool.paths import SpoolPathError, check_dir, job_dir, safe_component
+from nvrx_otel.spool.paths import SpoolPathError, job_dir, safe_component
+
+if TYPE_CHECKING:
+    from nvrx_otel.aggregator.otlp_export import OtlpExport
+    from nvrx_otel.aggregator.otlp_metrics import HealthMetrics
 
 __all__ = ["Aggregator", "AggregatorConfig", "AggregatorError", "RecordSink"]
 
-DEFAULT_HOLD_WINDOW_MS: Final = env.HOLD_WINDOW_MS.default
-DEFAULT_STATUS_INTERVAL_S: Final = env.STATUS_INTERVAL_S.default
 COMMIT_EVERY_S: Final = 1.0
 """While a backlog keeps the loop busy, progress is committed at least this often."""
 CYCLE_CHUNKS: Final = 16
 """One cycle reads at most this many chunks' worth of bytes, so commits stay frequent."""
 
 
-@dataclass
-class AggregatorConfig:
-    """Everything an aggregator needs; :meth:`from_env` fills the environment knobs."""
-
-    log_dir: Path
-    spool_root: Path
-    wait_file: Path | None = None
-    job_id: str | None = None  # None: the identity's job id ("nojob" when it has none)
-    node_id: str | None = None  # None: the identity's node id
-    log_name: str | None = None  # None: nvrx_log_<node id>.log
-    chrono: bool = False
-    check_interval: float = 1.0
-    drain_timeout: float = 20.0
-    hold_window_ms: int = DEFAULT_HOLD_WINDOW_MS
-    status_interval: float = DEFAULT_STATUS_INTERVAL_S
-    max_log_bytes: int = 0
-    log_backups: int | None = None
-    nice: int = 10
-    settle_s: float = 2.0  # how long a writer's older file may still get a last write
-    chunk_bytes: int = 256 << 10  # bytes read from one file at a time (cache-sized)
-    otlp_endpoint: str | None = None  # base URL; None: from OTEL_EXPORTER_OTLP_* when set
-    otlp_json: Path | None = None  # write OTLP/JSON lines here
-
-    @classmethod
-    def from_env(cls, *, strict: bool = False, **fields: Any) -> AggregatorConfig:
-        """A config from ``fields`` plus the NVRX_OTEL_* variables (``fields`` win)."""
-        max_mb = env.NODE_LOG_MAX_MB.get(strict=strict)
-        knobs: dict[str, Any] = {
-            "max_log_bytes": int(max_mb * 1024 * 1024),
-            "log_backups": env.NODE_LOG_BACKUPS.get(strict=strict),
-            "hold_window_ms": env.HOLD_WINDOW_MS.get(strict=strict),
-            "status_interval": env.STATUS_INTERVAL_S.get(strict=strict),
-        }
-        knobs.update(fields)
-        return cls(**knobs)
-
-
-class Aggregator:
+class Aggregator(Progress):
     """The node's aggregator for one job; ``run()`` in the foreground or ``start_thread()``.
 
     ``sinks`` receive every batch of records once it is in the node log."""
@@ -126,7 +90,8 @@ class Aggregator:
             rotate=self._rotate,
         )
         self._spool = SpoolDir(self.job_dir, settle_s=config.settle_s)
-        self._otlp = build_export(config, self.node_id)
+        self._sinks = build_sinks(config, self.node_id)
+        self._out.loss_sinks.extend(sink.report for sink in self._sinks.values())
         self._metrics: HealthMetrics | None = None
         self._backlog_bytes = 0
         self._merge = self._new_merge()
@@ -148,11 +113,6 @@ class Aggregator:
         waker = getattr(self, "_waker", None)
         if waker is not None:
             waker.close()
-
-    def _new_merge(self) -> ChronoMerge | None:
-        if not self.config.chrono:
-            return None
-        return ChronoMerge(self.config.hold_window_ms * 1_000_000)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -183,59 +143,6 @@ class Aggregator:
             say(line)
         self._opened = True
 
-    def _recover(self) -> None:
-        """Resume from the last commit: node log truncated to the committed length,
-        an interrupted rotation finished, spool files resumed at their offsets."""
-        try:
-            saved = self._state.load()
-        except st.StateError as exc:
-            say(
-                f"{exc}; starting over: every spool file is read from its start, so records "
-                "already in the node log may appear in it twice"
-            )
-            saved = None
-        if saved is not None:
-            self._totals.update(saved.totals)
-        self._ledgers.forget()
-        try:
-            self._log.open()
-        except OSError as exc:
-            raise AggregatorError(f"cannot open the node log {self.log_path}: {exc}") from None
-        lp = saved.log if saved is not None else None
-        deleted: list[Backup] = []
-        if lp is not None and lp.path == str(self.log_path):
-            self._log.backups = lp.backups
-            if lp.rotating is not None:
-                self._log.apply_rotation(lp.rotating)
-                deleted = lp.rotating.deleted
-            elif self._log.ino == lp.ino:
-                if self._log.length > lp.length:
-                    say(
-                        f"cutting {self._log.length - lp.length} uncommitted bytes from "
-                        f"{self.log_path}: their records are written again"
-                    )
-                    self._log.truncate(lp.length)
-                elif self._log.length < lp.length:
-                    say(
-                        f"node log {self.log_path} is shorter ({self._log.length} bytes) than "
-                        f"committed ({lp.length} bytes): something else cut it"
-                    )
-                self._log.stats = lp.stats
-            else:
-                say(f"node log {self.log_path} was replaced since the last commit; appending")
-        elif lp is not None:
-            say(f"the previous aggregator of this job wrote {lp.path}; this one writes here")
-        self._spool.scan()
-        if saved is not None:
-            self._spool.restore(saved.files)
-            if self._otlp is not None:
-                self._otlp.restore(saved.otlp)
-        if deleted:
-            self._out.rotation_reports(deleted)
-        # Commit before writing anything: a first run killed before its first regular
-        # commit must still leave the length the node log had, for the restart to cut to.
-        self._commit()
-
     def run(self, *, install_signals: bool = False) -> int:
         """Aggregate until told to stop; returns the exit code (0, or 1 after an error)."""
         self.open()
@@ -243,9 +150,9 @@ class Aggregator:
         try:
             self._fifo.start()
             lower_priority(self.config.nice)
-            if self._otlp is not None:
-                self._otlp.start()
-                self._start_metrics()
+            for sink in self._sinks.values():
+                sink.start()
+            self._start_metrics()
             self._loop()
             self.exit_code = 1 if self._broken else 0  # records it could not deliver stay
         except Exception:  # a bug, or storage gone for good: committed progress stays valid
@@ -280,45 +187,28 @@ class Aggregator:
         elif self._opened:
             self._close()
 
+    @property
+    def _otlp(self) -> OtlpExport | None:
+        """The OTLP endpoint's sink, else the OTLP/JSON one (None when OTLP is off)."""
+        return self._sinks.get("otlp") or self._sinks.get("otlp_json")
+
     def _start_metrics(self) -> None:
         """Health metrics over the same endpoint as the logs (when there is one)."""
-        if self._otlp is None or self._otlp.logs is None:
-            return
-        from nvrx_otel.aggregator.otlp_transport import resolve
+        otlp = self._sinks.get("otlp")
+        if otlp is not None:
+            from nvrx_otel.aggregator.otlp_metrics import start_health_metrics
 
-        try:
-            config = resolve("metrics", base_endpoint=self.config.otlp_endpoint)
-            interval = self.config.status_interval if self.config.status_interval > 0 else 60.0
-            self._metrics = HealthMetrics(
-                config,
-                get_identity().resource(),
-                self._health_values,
-                interval_s=min(interval, 10.0),
+            self._metrics = start_health_metrics(
+                self.config, self.health, otlp, lambda: self._backlog_bytes
             )
-        except Exception as exc:  # health metrics are a bonus; records matter
-            say(f"cannot export health metrics: {type(exc).__name__}: {exc}")
-
-    def _health_values(self) -> dict[str, float]:
-        h = self.health
-        lag = (time.time_ns() - h.last_ts) / 1e9 if self._backlog_bytes and h.last_ts else 0.0
-        exported = self._otlp.exported if self._otlp is not None else {}
-        return {
-            "records": float(h.written),
-            "dropped": float(h.dropped + (self._otlp.dropped if self._otlp is not None else 0)),
-            "corrupt": float(h.corrupt),
-            "exported": float(sum(exported.values())),
-            "backlog": float(self._backlog_bytes),
-            "lag": max(lag, 0.0),
-            "rate": h.rate(),
-        }
 
     def _close(self) -> None:
         self._fifo.stop()
-        if self._metrics is not None:
-            self._metrics.shutdown(1.0)
+        if self._metrics is not None:  # a last export, within what is left of the drain
+            self._metrics.shutdown(min(1.0, max(0.1, self._deadline - time.monotonic())))
             self._metrics = None
-        if self._otlp is not None:
-            self._otlp.stop(time.monotonic())
+        for sink in self._sinks.values():
+            sink.stop(time.monotonic())
         self._spool.close()
         self._log.close()
         self._lock.release()
@@ -339,8 +229,8 @@ class Aggregator:
             stopping = self.stop_reason is not None
             if stopping and not announced:
                 announced = True
-                if self._otlp is not None:
-                    self._otlp.drain_by(self._deadline)
+                for sink in self._sinks.values():
+                    sink.drain_by(self._deadline)
                 say(
                     f"draining ({self.stop_reason}): reading until no writer is left, "
                     f"at most {cfg.drain_timeout:g} s"
@@ -413,9 +303,10 @@ class Aggregator:
                     limit=self.config.chunk_bytes,
                     want_ends=want_ends,
                     now_ns=now_ns,
+                    spans=bool(self._sinks),
                 )
                 if chunk is not None:
-                    self._take(chunk)
+                    self._take(chunk, before)
                 budget -= f.offset - before
                 more = f.offset + f.tail < f.size
                 if spool.over_cap() or (f.final and not more and not f.tail):
@@ -429,18 +320,20 @@ class Aggregator:
             spool, self._out, self._log, self.health, self._totals
         ):
             self._dirty = True
-        if self._otlp is not None:
-            self._dirty = self._dirty or self._otlp.dirty
+        self._dirty = self._dirty or any(sink.dirty for sink in self._sinks.values())
         if not self._dirty:  # files become final with time alone: delete them all the same
             self._delete_consumed()
         if self._dirty and (not backlog or time.monotonic() - self._last_commit >= COMMIT_EVERY_S):
             self._commit()
             self._delete_consumed()
-        elif self._otlp is not None:  # finality and liveness change with time alone
-            self._otlp.update(self._views())
+        elif self._sinks:  # finality and liveness change with time alone
+            views = self._views()
+            for sink in self._sinks.values():
+                sink.update(views)
         return backlog
 
-    def _take(self, chunk: Chunk) -> None:
+    def _take(self, chunk: Chunk, start: int) -> None:
+        """The batch read from ``chunk.file`` at ``start``: to the node log, then the sinks."""
         f = chunk.file
         self.health.writers.add(f.writer)
         self.health.dropped += chunk.dropped
@@ -454,126 +347,13 @@ class Aggregator:
             self._out.chunk(chunk)
         if not f.held:
             f.done = f.offset
-
-    # --- commit, rotation, deletion -------------------------------------------------------
-
-    def _commit(self, rotating: RotationPlan | None = None) -> None:
-        self._log.sync()
-        files = {
-            f.name: st.FileProgress(f.ino, f.done, f.hdr_crc)
-            for f in self._spool.tracked
-            if not f.vanished
-        }
-        log = st.LogProgress(
-            path=str(self.log_path),
-            ino=self._log.ino,
-            length=self._log.length,
-            stats=self._log.stats,
-            backups=self._log.backups,
-            rotating=rotating,
-        )
-        otlp = self._otlp.state() if self._otlp is not None else None
-        self._ensure_job_dir()
-        self._state.commit(st.State(files=files, log=log, totals=dict(self._totals), otlp=otlp))
-        for f in self._spool.tracked:
-            f.committed = f.done
-        self._ledgers.committed()
-        if self._otlp is not None:
-            self._otlp.committed()
-        self._backlog_bytes = self._spool.backlog()
-        self._dirty = False
-        self._last_commit = time.monotonic()
-        if self._otlp is not None:
-            self._otlp.update(self._views())
-
-    def _ensure_job_dir(self) -> None:
-        """Make the job directory again if it was removed while served (a tmp cleaner, an
-        operator): progress can then be committed, and writers that rotate can create their
-        next files again (they count what they could not write and report it). The files
-        already open are still read through their descriptors until their writers finish."""
-        if self.job_dir.is_dir():
-            return
-        try:
-            self._make_job_dir()
-            self._lock.release()
-            self._lock.acquire()
-        except (SpoolPathError, AggregatorError) as exc:  # to the loop's commit-error path
-            raise OSError(str(exc)) from None
-        say(f"spool directory {self.job_dir} was removed while in use: made it again")
-
-    def _make_job_dir(self) -> None:
-        """The spool root and the job directory, made when missing (SpoolPathError when
-        one is unusable: a symlink, another owner, not writable)."""
-        check_dir(self.config.spool_root, create=True)
-        check_dir(self.job_dir, create=True)
-
-    def _views(self) -> list[FileView]:
-        """What the OTLP exporter may read: each file up to its committed offset."""
-        spool = self._spool
-        return [
-            FileView(
-                name=f.name,
-                path=spool.path / f.name,
-                ino=f.ino,
-                writer=f.writer,
-                index=f.parts.index,
-                pid=f.pid,
-                committed=f.committed,
-                size=f.size,
-                final=f.final,
-                gone=spool.writer_gone(f.writer),
-            )
-            for f in spool.tracked
-            if not f.vanished
-        ]
-
-    def _delete_consumed(self) -> None:
-        deleted = False
-        for f in list(self._spool.tracked):
-            if (
-                f.final
-                and not f.held
-                and not f.tail
-                and f.committed == f.offset == f.size
-                and (self._otlp is None or self._otlp.consumed(f.name, f.ino, f.size))
-            ):
-                deleted = self._spool.delete(f) or deleted
-        if deleted:
-            self._dirty = True
-
-    def _rotate(self) -> None:
-        """Rotate the node log so that a crash at any step is finished by the restart:
-        commit, commit the plan, carry it out, report what it deleted, commit."""
-        self._commit()
-        plan = self._log.plan_rotation()
-        self._commit(rotating=plan)
-        self._log.apply_rotation(plan)
-        self._out.rotation_reports(plan.deleted)
-        self._commit()
-
-    def _resume(self) -> bool:
-        """After a write or commit error: forget everything since the last commit and
-        recover as a restart would; False (and retried later) while that fails."""
-        self._spool.close()
-        self._log.close()
-        self._merge = self._new_merge()
-        self._dirty = False
-        try:
-            self._recover()
-        except (AggregatorError, OSError) as exc:
-            message = f"cannot resume yet: {exc}"
-            if message != self._resume_error:  # retried every interval: said once
-                say(message + " (retrying)")
-                self._resume_error = message
-            return False
-        self._resume_error = ""
-        self._broken = False
-        return True
+        for sink in self._sinks.values():
+            sink.take(chunk, start)
 
     # --- stopping and health ----------------------------------------------------------------
 
     def _drained(self) -> bool:
-        if self._otlp is not None and not self._otlp.caught_up():
+        if not all(sink.caught_up() for sink in self._sinks.values()):
             return False
         if not self._ledgers.settled():
             return False
@@ -591,12 +371,14 @@ class Aggregator:
             if self._merge is not None:
                 self._out.released(self._merge.pop(None))
             self._commit()
-            if self._otlp is not None:  # export what the node log has, within the drain time
-                deadline = self._deadline
-                if deadline == float("inf"):
-                    deadline = time.monotonic() + self.config.drain_timeout
-                self._otlp.stop(deadline)
-                say(self._otlp.summary())
+            deadline = self._deadline  # the sinks deliver what they hold within the drain
+            if deadline == float("inf"):
+                deadline = time.monotonic() + self.config.drain_timeout
+            for sink in self._sinks.values():
+                sink.drain_by(deadline)
+            for sink in self._sinks.values():
+                sink.stop(deadline)
+                say(sink.summary())
             self._delete_consumed()
             self._commit()
             live = self._spool.live_writers()

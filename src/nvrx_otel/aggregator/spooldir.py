@@ -12,8 +12,15 @@ Descriptors stay bounded whatever the number of writers: at most :attr:`SpoolDir
 files are held open (a share of ``RLIMIT_NOFILE``). A file past that, or one whose writer
 is done and that is read to its end, is *parked*: its descriptor is closed and it is
 reopened by name when there is something to read, and used only if the name still means
-the same inode and header. A file that cannot be opened (``EMFILE``, say) stays tracked and
-is retried; it is never taken for read.
+the same inode and header. A file that cannot be opened for now (``EMFILE``) stays tracked
+and is retried; it is never taken for read.
+
+An entry with a spool file's name that can never be read — not a regular file (a
+directory, a FIFO, a symlink), or a file the aggregator may not open (another user's) — is
+no writer's file as far as the aggregator can know: no lock can be probed on it. It is said
+once on stderr as unreadable, is not tracked (no drain waits for it, no live writer is
+counted for it) and is tried again at each scan while it is a regular file, in case it
+becomes readable.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import errno
 import os
 import resource
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -33,6 +41,8 @@ from nvrx_otel.spool.paths import parse_name
 MAX_OPEN: Final = 512
 """At most this many spool files are open at once (fewer when RLIMIT_NOFILE is low)."""
 _OPEN_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_FOR_NOW: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINTR, errno.EAGAIN})
+"""Errors opening a spool file that say nothing about the file: it is tried again later."""
 
 
 def open_cap() -> int:
@@ -58,6 +68,7 @@ class SpoolDir:
         self._groups: dict[str, list[SpoolFile]] = {}
         self._gone: dict[str, bool] = {}  # per writer, for the current cycle
         self._reported: set[str] = set()
+        self.unreadable: dict[str, tuple[int, bool]] = {}  # name -> inode, a regular file
         self.max_open = open_cap()
         self.open_count = 0
 
@@ -83,25 +94,49 @@ class SpoolDir:
                 continue
             present.add(name)
             try:
-                ino = os.stat(self.path / name, follow_symlinks=False).st_ino
+                st = os.stat(self.path / name, follow_symlinks=False)
             except OSError:
                 continue  # deleted between listing and stat
+            ino, regular = st.st_ino, stat.S_ISREG(st.st_mode)
             old = self.by_name.get(name)
             if old is not None and old.ino == ino:
                 continue
+            was = self.unreadable.get(name)
+            if was is not None and (was == (ino, False) or self.open_count >= self.max_open):
+                continue  # not a regular file: never read; or no descriptor to retry with
             if old is not None:
                 self._vanish(old)
             f = SpoolFile(name=name, parts=parts, fd=-1, ino=ino)
-            if self.open_count < self.max_open:
-                self.reopen(f)
+            if not regular:
+                self._unreadable(f, False, "not a regular file")
+                continue
+            if self.open_count < self.max_open and not self.reopen(f) and f.unreadable:
+                continue
+            if was is not None:
+                del self.unreadable[name]
+                say(f"spool file {name} can be read now")
             self.by_name[name] = f
             self.tracked.append(f)
             new += 1
         for name in list(self.by_name):
             if name not in present:
                 self._vanish(self.by_name.pop(name))
+        for name in [n for n in self.unreadable if n not in present]:
+            del self.unreadable[name]
         self._regroup()
         return new
+
+    def _unreadable(self, f: SpoolFile, regular: bool, why: str) -> None:
+        """``f`` can never be read (see the module): said once, no longer tracked."""
+        f.unreadable = True
+        self.unreadable[f.name] = (f.ino, regular)
+        self._warn_once(
+            f"unreadable:{f.name}:{f.ino}",
+            f"cannot read spool entry {f.name} ({why}): no writer's lock can be probed on it, "
+            "so the drain does not wait for it and whatever it holds is not in the node log",
+        )
+        if f in self.tracked:
+            self.forget(f)
 
     def _vanish(self, f: SpoolFile) -> None:
         """``f``'s name is gone or means another file: read on from its descriptor, or,
@@ -135,16 +170,25 @@ class SpoolDir:
                     f"cannot open more spool files ({exc}); holding {self.open_count} open, "
                     "the others are read in turn",
                 )
-            else:
-                self._warn_once(f"open:{f.name}", f"cannot read spool file {f.name}: {exc}")
+            elif exc.errno not in _FOR_NOW:
+                self._unreadable(f, exc.errno != errno.ELOOP, exc.strerror or str(exc))
             return False
         try:
-            ino = os.fstat(fd).st_ino
+            st = os.fstat(fd)
+            if st.st_ino != f.ino:
+                os.close(fd)
+                return False  # the name means another entry now: the next scan tracks it
+            if not stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                self._unreadable(f, False, "not a regular file")
+                return False
             crc = header_crc(read_header(fd))
-        except OSError:
+        except OSError as exc:
             os.close(fd)
+            if exc.errno not in _FOR_NOW:
+                self._unreadable(f, True, exc.strerror or str(exc))
             return False
-        if ino != f.ino or (f.hdr_crc and crc and crc != f.hdr_crc):
+        if f.hdr_crc and crc and crc != f.hdr_crc:
             os.close(fd)
             return False  # the name means another file now: the next scan tracks it
         f.fd = fd
@@ -186,7 +230,7 @@ class SpoolDir:
 
     def restore(self, progress: dict[str, FileProgress]) -> None:
         """Resume files from committed progress (same inode and header, else from 0)."""
-        for name, f in self.by_name.items():
+        for name, f in list(self.by_name.items()):
             p = progress.get(name)
             if p is None or p.ino != f.ino:
                 continue
@@ -225,7 +269,7 @@ class SpoolDir:
         if f.seen_gone:
             return True
         if not self.reopen(f):
-            return f.vanished
+            return f.vanished or f.unreadable
         f.seen_gone = writer_gone(f)
         self.park(f)
         return f.seen_gone

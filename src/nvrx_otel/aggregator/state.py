@@ -30,6 +30,8 @@ from nvrx_otel.aggregator.nodelog import Backup, RotationPlan, Stats
 from nvrx_otel.spool.paths import STATE_NAME
 
 STATE_VERSION: Final = 1
+SINKS: Final = ("otlp", "otlp_json")
+"""The sinks besides the node log, by the key their progress has in the state document."""
 
 
 class StateError(ValueError):
@@ -58,11 +60,88 @@ class LogProgress:
 
 
 @dataclass
+class WriterState:
+    """What the OTLP sink keeps of one writer: from its header, its last timestamp, the
+    spans it started and has not ended, and loss reports not yet sent."""
+
+    resource: dict[str, Any] = field(default_factory=dict)
+    identity: dict[str, Any] = field(default_factory=dict)
+    budget: int = 0
+    max_file: int = 0
+    last_ts: int = 0
+    open_spans: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pending_reports: list[dict[str, Any]] = field(default_factory=list)
+
+    def copy(self) -> WriterState:
+        """A copy whose containers can change apart from this one's."""
+        return WriterState(
+            resource=self.resource,
+            identity=dict(self.identity),
+            budget=self.budget,
+            max_file=self.max_file,
+            last_ts=self.last_ts,
+            open_spans=dict(self.open_spans),
+            pending_reports=list(self.pending_reports),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "last_ts": self.last_ts,
+            "open": self.open_spans,
+            "res": self.resource,
+            "id": self.identity,
+            "budget": self.budget,
+            "max": self.max_file,
+            "reports": self.pending_reports,
+        }
+
+    @classmethod
+    def from_json(cls, s: dict[str, Any]) -> WriterState:
+        return cls(
+            resource=dict(s.get("res") or {}),
+            identity=dict(s.get("id") or {}),
+            budget=int(s.get("budget") or 0),
+            max_file=int(s.get("max") or 0),
+            last_ts=int(s.get("last_ts") or 0),
+            open_spans=dict(s.get("open") or {}),
+            pending_reports=list(s.get("reports") or []),
+        )
+
+
+@dataclass
+class OtlpProgress:
+    """The OTLP sink's progress: per spool file the inode and the offset up to which
+    everything was acknowledged (or reported dropped), per writer its state, and how many
+    records the OTLP backlog skipped."""
+
+    cursors: dict[str, tuple[int, int]] = field(default_factory=dict)
+    writers: dict[str, WriterState] = field(default_factory=dict)
+    skipped: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cursors": {n: [ino, offset] for n, (ino, offset) in self.cursors.items()},
+            "writers": {w: s.to_json() for w, s in self.writers.items()},
+            "skipped": self.skipped,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> OtlpProgress:
+        return cls(
+            cursors={str(n): (int(c[0]), int(c[1])) for n, c in doc.get("cursors", {}).items()},
+            writers={str(w): WriterState.from_json(s) for w, s in doc.get("writers", {}).items()},
+            skipped=int(doc.get("skipped") or 0),
+        )
+
+
+@dataclass
 class State:
+    """One commit: every sink's cursors (the node log's ``files``, OTLP's ``otlp``)."""
+
     files: dict[str, FileProgress] = field(default_factory=dict)
     log: LogProgress | None = None
     totals: dict[str, int] = field(default_factory=dict)
-    otlp: dict[str, Any] | None = None  # the OTLP exporter's cursors and open spans
+    sinks: dict[str, OtlpProgress] = field(default_factory=dict)  # "otlp", "otlp_json"
     seq: int = 0  # commit counter: of the job directory's and the fallback's, the newer wins
 
 
@@ -93,7 +172,7 @@ def encode(state: State) -> bytes:
         "n": state.seq,
         "files": {n: [f.ino, f.offset, f.hdr] for n, f in state.files.items()},
         "totals": state.totals,
-        "otlp": state.otlp,
+        **{name: progress.to_json() for name, progress in state.sinks.items()},
         "log": None
         if log is None
         else {
@@ -142,12 +221,19 @@ def decode(data: bytes) -> State:
                 backups=[_backup(b) for b in raw["backups"]],
                 rotating=None if raw.get("rotating") is None else _plan(raw["rotating"]),
             )
-        otlp = doc.get("otlp")
+        sinks = {
+            name: OtlpProgress.from_json(doc[name])
+            for name in SINKS
+            if isinstance(doc.get(name), dict)
+        }
+        if "otlp" in sinks and "otlp_json" not in doc:
+            # Written when one OTLP cursor served the endpoint and the JSON files alike.
+            sinks["otlp_json"] = sinks["otlp"]
         return State(
             files=files,
             log=log,
             totals=totals,
-            otlp=otlp if isinstance(otlp, dict) else None,
+            sinks=sinks,
             seq=int(doc.get("n", 0)),
         )
     except StateError:

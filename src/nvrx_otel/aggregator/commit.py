@@ -1,0 +1,239 @@
+"""Committing the aggregator's progress and recovering from it (the service's other half).
+
+A commit fsyncs the node log, then writes one state document (``state.py``) with every
+sink's cursors: the node log's per spool file (``done``: every record up to there is in
+it), its committed length and rotation state, and the OTLP sink's. Only after a commit are
+spool files deleted, and only those every sink's *committed* cursor is past. A restart, or
+:meth:`Progress._resume` after a write or commit error, cuts the node log back to the
+committed length and resumes every sink from its own cursors. The node log's rotation is
+done between commits so that a crash at any step is finished by the restart.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nvrx_otel.aggregator import state as st
+from nvrx_otel.aggregator.health import Health, say
+from nvrx_otel.aggregator.ledger import DropLedgers
+from nvrx_otel.aggregator.lifecycle import AggregatorError, JobLock
+from nvrx_otel.aggregator.merge import ChronoMerge
+from nvrx_otel.aggregator.nodelog import Backup, NodeLogFile, RotationPlan
+from nvrx_otel.aggregator.output import Output
+from nvrx_otel.aggregator.spooldir import SpoolDir
+from nvrx_otel.spool.paths import SpoolPathError, check_dir
+
+if TYPE_CHECKING:
+    from nvrx_otel.aggregator.config import AggregatorConfig
+    from nvrx_otel.aggregator.otlp_export import OtlpExport
+    from nvrx_otel.aggregator.otlp_files import FileView
+
+
+class Progress:
+    """Commit and recovery of :class:`~nvrx_otel.aggregator.service.Aggregator` (a mixin:
+    the attributes below are the service's)."""
+
+    config: AggregatorConfig
+    job_dir: Path
+    log_path: Path
+    health: Health
+    _state: st.StateStore
+    _log: NodeLogFile
+    _out: Output
+    _spool: SpoolDir
+    _sinks: dict[str, OtlpExport]
+    _ledgers: DropLedgers
+    _lock: JobLock
+    _merge: ChronoMerge | None
+    _totals: dict[str, int]
+    _dirty: bool
+    _broken: bool
+    _resume_error: str
+    _last_commit: float
+    _backlog_bytes: int
+
+    def _new_merge(self) -> ChronoMerge | None:
+        if not self.config.chrono:
+            return None
+        return ChronoMerge(self.config.hold_window_ms * 1_000_000)
+
+    def _recover(self) -> None:
+        """Resume from the last commit: node log truncated to the committed length,
+        an interrupted rotation finished, spool files resumed at their offsets."""
+        try:
+            saved = self._state.load()
+        except st.StateError as exc:
+            say(
+                f"{exc}; starting over: every spool file is read from its start, so records "
+                "already in the node log may appear in it twice"
+            )
+            saved = None
+        if saved is not None:
+            self._totals.update(saved.totals)
+        self._ledgers.forget()
+        try:
+            self._log.open()
+        except OSError as exc:
+            raise AggregatorError(f"cannot open the node log {self.log_path}: {exc}") from None
+        lp = saved.log if saved is not None else None
+        deleted: list[Backup] = []
+        if lp is not None and lp.path == str(self.log_path):
+            self._log.backups = lp.backups
+            if lp.rotating is not None:
+                self._log.apply_rotation(lp.rotating)
+                deleted = lp.rotating.deleted
+            elif self._log.ino == lp.ino:
+                if self._log.length > lp.length:
+                    say(
+                        f"cutting {self._log.length - lp.length} uncommitted bytes from "
+                        f"{self.log_path}: their records are written again"
+                    )
+                    self._log.truncate(lp.length)
+                elif self._log.length < lp.length:
+                    say(
+                        f"node log {self.log_path} is shorter ({self._log.length} bytes) than "
+                        f"committed ({lp.length} bytes): something else cut it"
+                    )
+                self._log.stats = lp.stats
+            else:
+                say(f"node log {self.log_path} was replaced since the last commit; appending")
+        elif lp is not None:
+            say(f"the previous aggregator of this job wrote {lp.path}; this one writes here")
+        self._spool.scan()
+        if saved is not None:
+            self._spool.restore(saved.files)
+            for name, sink in self._sinks.items():
+                sink.restore(saved.sinks.get(name))
+        if deleted:
+            self._out.rotation_reports(deleted)
+        # Commit before writing anything: a first run killed before its first regular
+        # commit must still leave the length the node log had, for the restart to cut to.
+        self._commit()
+
+    def _commit(self, rotating: RotationPlan | None = None) -> None:
+        self._log.sync()
+        moved = self._log.follow()
+        if moved is not None:
+            say(
+                f"node log {self.log_path} was deleted or replaced while in use: writing to "
+                f"a file at its path again ({moved} bytes written since the last commit "
+                "carried over; what was committed before stays in the old file, if any)"
+            )
+        files = {
+            f.name: st.FileProgress(f.ino, f.done, f.hdr_crc)
+            for f in self._spool.tracked
+            if not f.vanished
+        }
+        log = st.LogProgress(
+            path=str(self.log_path),
+            ino=self._log.ino,
+            length=self._log.length,
+            stats=self._log.stats,
+            backups=self._log.backups,
+            rotating=rotating,
+        )
+        sinks = {name: sink.state() for name, sink in self._sinks.items()}
+        self._ensure_job_dir()
+        self._state.commit(st.State(files=files, log=log, totals=dict(self._totals), sinks=sinks))
+        self._log.committed = self._log.length
+        for f in self._spool.tracked:
+            f.committed = f.done
+        self._ledgers.committed()
+        for sink in self._sinks.values():
+            sink.committed()
+        self._backlog_bytes = self._spool.backlog()
+        self._dirty = False
+        self._last_commit = time.monotonic()
+        if self._sinks:
+            views = self._views()
+            for sink in self._sinks.values():
+                sink.update(views)
+
+    def _ensure_job_dir(self) -> None:
+        """Make the job directory again if it was removed while served (a tmp cleaner, an
+        operator): progress can then be committed, and writers that rotate can create their
+        next files again (they count what they could not write and report it). The files
+        already open are still read through their descriptors until their writers finish."""
+        if self.job_dir.is_dir():
+            return
+        try:
+            self._make_job_dir()
+            self._lock.release()
+            self._lock.acquire()
+        except (SpoolPathError, AggregatorError) as exc:  # to the loop's commit-error path
+            raise OSError(str(exc)) from None
+        say(f"spool directory {self.job_dir} was removed while in use: made it again")
+
+    def _make_job_dir(self) -> None:
+        """The spool root and the job directory, made when missing (SpoolPathError when
+        one is unusable: a symlink, another owner, not writable)."""
+        check_dir(self.config.spool_root, create=True)
+        check_dir(self.job_dir, create=True)
+
+    def _views(self) -> list[FileView]:
+        """The spool files as the sinks see them."""
+        from nvrx_otel.aggregator.otlp_files import FileView
+
+        spool = self._spool
+        return [
+            FileView(
+                name=f.name,
+                path=spool.path / f.name,
+                ino=f.ino,
+                writer=f.writer,
+                index=f.parts.index,
+                pid=f.pid,
+                committed=f.committed,
+                read=f.offset,
+                size=f.size,
+                final=f.final,
+                gone=spool.writer_gone(f.writer),
+            )
+            for f in spool.tracked
+            if not f.vanished
+        ]
+
+    def _delete_consumed(self) -> None:
+        deleted = False
+        for f in list(self._spool.tracked):
+            if (
+                f.final
+                and not f.held
+                and not f.tail
+                and f.committed == f.offset == f.size
+                and all(s.consumed(f.name, f.ino, f.size) for s in self._sinks.values())
+            ):
+                deleted = self._spool.delete(f) or deleted
+        if deleted:
+            self._dirty = True
+
+    def _rotate(self) -> None:
+        """Rotate the node log so that a crash at any step is finished by the restart:
+        commit, commit the plan, carry it out, report what it deleted, commit."""
+        self._commit()
+        plan = self._log.plan_rotation()
+        self._commit(rotating=plan)
+        self._log.apply_rotation(plan)
+        self._out.rotation_reports(plan.deleted)
+        self._commit()
+
+    def _resume(self) -> bool:
+        """After a write or commit error: forget everything since the last commit and
+        recover as a restart would; False (and retried later) while that fails."""
+        self._spool.close()
+        self._log.close()
+        self._merge = self._new_merge()
+        self._dirty = False
+        try:
+            self._recover()
+        except (AggregatorError, OSError) as exc:
+            message = f"cannot resume yet: {exc}"
+            if message != self._resume_error:  # retried every interval: said once
+                say(message + " (retrying)")
+                self._resume_error = message
+            return False
+        self._resume_error = ""
+        self._broken = False
+        return True

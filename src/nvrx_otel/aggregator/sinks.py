@@ -1,0 +1,101 @@
+"""What the aggregator's loop hands batches to besides the node log, and how it builds them.
+
+The loop reads and decodes each spool byte once, writes the batch to the node log, and
+then hands the same batch to every :class:`Sink` (:meth:`Sink.take`). A sink keeps its
+own cursor per spool file and its own thread; its progress is committed with the node
+log's in the one state document (``state.py``), and a spool file is deleted only once
+every sink's *committed* cursor is past it (:meth:`Sink.consumed`). A sink that cannot keep
+up refuses batches and catches up later from its own cursor; the node log never waits for
+it. Today the one such sink is OTLP (``otlp_export``; an endpoint over HTTP or gRPC
+and/or ``--otlp-json`` files), built only when configured, so an aggregator without OTLP
+imports none of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from nvrx_otel.aggregator.reader import Chunk
+from nvrx_otel.aggregator.state import OtlpProgress
+
+if TYPE_CHECKING:
+    from nvrx_otel.aggregator.otlp_export import OtlpExport
+    from nvrx_otel.aggregator.otlp_files import FileView
+
+
+class Sink(Protocol):
+    """A destination of the records the loop reads (besides the node log)."""
+
+    dirty: bool  # progress to commit
+
+    def take(self, chunk: Chunk, start: int) -> None:
+        """A batch read from ``chunk.file`` at offset ``start`` (loss reports included)."""
+        ...
+
+    def report(self, writer: str, record: dict[str, Any]) -> None:
+        """A loss report no spool file holds (a drop ledger's)."""
+        ...
+
+    def update(self, views: list[FileView]) -> None:
+        """The spool files as the loop knows them now (what it read and committed)."""
+        ...
+
+    def caught_up(self) -> bool:
+        """Everything the node log committed is delivered (for the drain)."""
+        ...
+
+    def consumed(self, name: str, ino: int, size: int) -> bool:
+        """The committed cursor is at the end of this file: it may be deleted."""
+        ...
+
+    def state(self) -> OtlpProgress:
+        """Progress to commit; :meth:`committed` once it is."""
+        ...
+
+    def committed(self) -> None: ...
+
+    def restore(self, saved: OtlpProgress | None) -> None:
+        """Resume from committed progress (None: start afresh)."""
+        ...
+
+    def start(self) -> None: ...
+
+    def drain_by(self, deadline: float) -> None:
+        """Deliver what is left by ``deadline`` (monotonic), cutting retries short."""
+        ...
+
+    def stop(self, deadline: float) -> None:
+        """Deliver until caught up or ``deadline`` (monotonic), then stop."""
+        ...
+
+    def summary(self) -> str: ...
+
+
+def build_sinks(config: Any, node_id: str) -> dict[str, OtlpExport]:
+    """The sinks a config asks for, by their name in the state: ``otlp`` (``otlp_endpoint``
+    or the ``OTEL_EXPORTER_OTLP_*`` variables) and ``otlp_json`` (``otlp_json``), each with
+    its own cursors, so files keep flowing while an endpoint is down. Empty (nothing of
+    OTLP imported) when OTLP is off."""
+    from nvrx_otel.aggregator.otlp_transport import otlp_enabled
+
+    endpoint: str | None = config.otlp_endpoint
+    json_dir: Path | None = config.otlp_json
+    on = otlp_enabled(endpoint=endpoint)
+    if not on and json_dir is None:
+        return {}
+    from nvrx_otel.aggregator.otlp_delivery import EndpointExporter, JsonLines
+    from nvrx_otel.aggregator.otlp_export import OtlpExport
+    from nvrx_otel.aggregator.otlp_transport import Transport, resolve
+    from nvrx_otel.spool.paths import safe_component
+
+    sinks: dict[str, OtlpExport] = {}
+    if on:
+        logs = Transport("logs", resolve("logs", base_endpoint=endpoint))
+        traces = Transport("traces", resolve("traces", base_endpoint=endpoint))
+        exporter = EndpointExporter({"logs": logs, "traces": traces})
+        sinks["otlp"] = OtlpExport(exporters=[exporter], has_endpoint=True)
+    if json_dir is not None:
+        json = JsonLines(json_dir, safe_component(node_id))
+        sinks["otlp_json"] = OtlpExport(exporters=[json], label="OTLP/JSON")
+    return sinks

@@ -1,0 +1,160 @@
+"""The loop reads each spool byte once and hands the batch to every sink; a sink that lags
+reads from its own cursor until it has caught up, and the node log never waits for it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nvrx_otel import semconv
+from nvrx_otel.aggregator import otlp_export
+from nvrx_otel.spool.writer import SpoolWriter
+from tests.aggregator.spoolkit import config, log_path, messages, running, spool_dir, wait_for
+from tests.otlp_receiver import OtlpReceiver
+
+WRITERS = 3
+RECORDS = 1000
+
+
+def _write(tmp: Path) -> None:
+    directory = spool_dir(tmp)
+    directory.mkdir(parents=True, exist_ok=True)
+    for w in range(WRITERS):
+        writer = SpoolWriter(directory, max_file_size=64 << 10, budget=64 << 20)
+        for i in range(RECORDS):
+            writer.emit({"k": "log", "ts": 1_700_000_000_000_000_000 + i, "sev": 9,
+                         "lvl": "INFO", "lg": "t", "msg": f"rec {w} {i}"})  # fmt: skip
+        writer.close()
+
+
+def _unique(r: OtlpReceiver) -> int:
+    """Writer records the receiver has, duplicates (a batch sent twice) counted once."""
+    return len(
+        {
+            log["attributes"][semconv.RECORD_KEY]
+            for log in r.logs
+            if str(log["body"]).startswith("rec ")
+        }
+    )
+
+
+def _node_log(tmp: Path) -> int:
+    return sum(1 for m in messages(log_path(tmp)) if m.startswith("rec "))
+
+
+def test_otlp_takes_the_node_logs_batches_without_reading_the_spool_again(
+    tmp_path: Path,
+) -> None:
+    _write(tmp_path)
+    receiver = OtlpReceiver()
+    with receiver, running(config(tmp_path, otlp_endpoint=receiver.endpoint)) as agg:
+        wait_for(lambda: _node_log(tmp_path) == WRITERS * RECORDS, timeout=60, what="log")
+        assert receiver.wait_for(lambda r: _unique(r) >= WRITERS * RECORDS, timeout=60)
+        export = agg._otlp
+        assert export is not None
+        assert export.reads == 0  # every byte was read and decoded once, by the loop
+    assert _unique(receiver) == WRITERS * RECORDS
+
+
+def test_a_lagging_otlp_sink_catches_up_from_its_own_cursor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The endpoint refuses while the node log reads everything: OTLP's queue holds only a
+    few batches, so it falls behind, then reads the rest itself once the endpoint is back."""
+    monkeypatch.setattr(otlp_export, "QUEUE_RECORDS", 50)
+    _write(tmp_path)
+    with OtlpReceiver() as receiver:
+        receiver.status = 503
+        with running(config(tmp_path, otlp_endpoint=receiver.endpoint)) as agg:
+            wait_for(lambda: _node_log(tmp_path) == WRITERS * RECORDS, timeout=60, what="log")
+            receiver.status = 200
+            assert receiver.wait_for(lambda r: _unique(r) >= WRITERS * RECORDS, timeout=90)
+            export = agg._otlp
+            assert export is not None
+            assert export.reads > 0 and export.dropped == 0
+    assert _unique(receiver) == WRITERS * RECORDS
+
+
+def _json_records(directory: Path) -> int:
+    keys = set()
+    for path in directory.glob("logs_*.jsonl"):
+        for line in path.read_text().splitlines():
+            for rl in json.loads(line)["resourceLogs"]:
+                for sl in rl["scopeLogs"]:
+                    for r in sl["logRecords"]:
+                        if r["body"].get("stringValue", "").startswith("rec "):
+                            keys.add(json.dumps(r["attributes"], sort_keys=True))
+    return len(keys)
+
+
+def test_otlp_json_files_keep_flowing_while_the_endpoint_is_down(tmp_path: Path) -> None:
+    """The endpoint and the OTLP/JSON files are two sinks with their own cursors: one that
+    refuses holds back neither the node log nor the other."""
+    _write(tmp_path)
+    receiver = OtlpReceiver()
+    out = tmp_path / "json"
+    with receiver:
+        receiver.status = 503
+        cfg = config(tmp_path, otlp_endpoint=receiver.endpoint, otlp_json=out)
+        with running(cfg):
+            wait_for(lambda: _node_log(tmp_path) == WRITERS * RECORDS, timeout=60, what="log")
+            wait_for(lambda: _json_records(out) == WRITERS * RECORDS, timeout=60, what="json")
+            assert _unique(receiver) == 0
+            receiver.status = 200
+            assert receiver.wait_for(lambda r: _unique(r) >= WRITERS * RECORDS, timeout=90)
+    assert _json_records(out) == WRITERS * RECORDS
+
+
+def test_otlp_json_directory_removed_while_in_use_is_made_again(tmp_path: Path) -> None:
+    """A cleanup job removes the OTLP/JSON directory under a running aggregator: the
+    records that come after are in a file at the same place, not retried for ever."""
+    import shutil
+
+    directory = spool_dir(tmp_path)
+    directory.mkdir(parents=True, exist_ok=True)
+    out = tmp_path / "json"
+    writer = SpoolWriter(directory, max_file_size=64 << 10, budget=64 << 20)
+
+    def log(start: int) -> None:
+        for i in range(start, start + 100):
+            writer.emit({"k": "log", "ts": 1_700_000_000_000_000_000 + i, "sev": 9,
+                         "lvl": "INFO", "lg": "t", "msg": f"rec 0 {i}"})  # fmt: skip
+
+    with running(config(tmp_path, otlp_json=out)):
+        log(0)
+        wait_for(lambda: _json_records(out) == 100, timeout=60, what="the first 100")
+        shutil.rmtree(out)
+        log(100)
+        wait_for(lambda: _json_records(out) == 100, timeout=60, what="the next 100, anew")
+        writer.close()
+
+
+def test_otlp_json_line_written_in_part_is_cut_off(tmp_path: Path) -> None:
+    """The disk fills in the middle of an OTLP/JSON line (here the file size limit): the
+    request is retried, and the file holds no half line meanwhile."""
+    import resource
+    import signal
+
+    from nvrx_otel.aggregator.otlp_delivery import JsonLines
+    from nvrx_otel.aggregator.otlp_encode import encode_logs
+    from nvrx_otel.aggregator.otlp_transport import Result
+
+    sink = JsonLines(tmp_path / "json", "n")
+    records = [{"v": 1, "k": "log", "ts": 1_700_000_000_000_000_000, "sev": 9, "lvl": "INFO",
+                "lg": "t", "msg": "x" * 5000, "key": f"k-{i}"} for i in range(4)]  # fmt: skip
+    message = encode_logs([({}, records)], 0)
+    assert sink.deliver("logs", message, b"", 1.0) is Result.OK
+    whole = sink.paths["logs"].read_bytes()
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(whole) + 4096, limits[1]))
+    try:
+        assert sink.deliver("logs", message, b"", 1.0) is Result.RETRY
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, previous)
+    assert sink.paths["logs"].read_bytes() == whole  # no half line left behind
+    assert sink.deliver("logs", message, b"", 1.0) is Result.OK
+    assert sink.paths["logs"].read_bytes() == whole * 2

@@ -16,11 +16,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 
 from nvrx_otel.aggregator.otlp_transport import Result
+
+if TYPE_CHECKING:
+    from nvrx_otel.aggregator.otlp_wire import LogsEncoder
 
 BACKOFF_START_S: Final = 0.5
 BACKOFF_MAX_S: Final = 30.0
@@ -76,8 +79,10 @@ class JsonLines:
 
     def deliver(self, signal: str, message: Any, payload: bytes, timeout: float) -> Result:
         try:
-            from nvrx_otel.aggregator.otlp_encode import to_json
+            from nvrx_otel.aggregator.otlp_encode import parse, to_json
 
+            if isinstance(message, bytes):
+                message = parse(signal, message)
             line = orjson.dumps(to_json(message), option=orjson.OPT_APPEND_NEWLINE)
             with open(self.paths[signal], "ab") as fh:
                 fh.write(line)
@@ -105,6 +110,7 @@ class Delivery:
         self._backoff = BACKOFF_START_S
         self._deadline = float("inf")
         self._interrupt = threading.Event()
+        self._logs: LogsEncoder | None = None
 
     def drain_by(self, deadline: float) -> None:
         """The aggregator drains until ``deadline`` (monotonic): retry now, wait no longer."""
@@ -127,14 +133,18 @@ class Delivery:
         their writer, who died first); True once every exporter acknowledged them (or
         refused them for good, counted as dropped), False when the sink must stop first
         (the logs then go again with the spans: duplicates, never losses)."""
-        from nvrx_otel.aggregator.otlp_encode import encode_logs, encode_spans
+        from nvrx_otel.aggregator.otlp_encode import encode_spans
+        from nvrx_otel.aggregator.otlp_wire import LogsEncoder
+
+        if self._logs is None:
+            self._logs = LogsEncoder()
 
         log_batch = [(resources.get(w, {}), rs) for w, rs in logs.items() if rs]
         span_batch = [(resources.get(w, {}), rs) for w, rs in spans.items() if rs]
         n_logs = sum(len(rs) for _, rs in log_batch)
         n_spans = sum(len(rs) for _, rs in span_batch) + len(trunc)
         if n_logs:
-            sent = self.send("logs", encode_logs(log_batch, time.time_ns()), n_logs)
+            sent = self.send("logs", self._logs.request(log_batch, time.time_ns()), n_logs)
             if sent is None:
                 return False
             if sent:
@@ -149,10 +159,11 @@ class Delivery:
         return True
 
     def send(self, signal: str, message: Any, count: int) -> bool | None:
-        """Deliver one request to every exporter. True: acknowledged everywhere; False:
-        acknowledged, but an exporter refused it for good (counted as dropped); None:
-        not delivered yet (give way or deadline): send it again later."""
-        payload = message.SerializeToString()
+        """Deliver one request (a message, or its serialized bytes) to every exporter.
+        True: acknowledged everywhere; False: acknowledged, but an exporter refused it
+        for good (counted as dropped); None: not delivered yet (give way or deadline):
+        send it again later."""
+        payload = message if isinstance(message, bytes) else message.SerializeToString()
         refused = False
         for dest in self.exporters:
             result = self._deliver(dest, signal, message, payload, count)

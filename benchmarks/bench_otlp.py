@@ -3,8 +3,10 @@ to a local OTLP/HTTP endpoint.
 
 - ``sdk_encode``: build SDK log records from decoded spool records and run the SDK's own
   ``encode_logs`` (what an exporter built on the SDK would do);
-- ``direct_encode``: fill opentelemetry-proto messages straight from the decoded records
-  (``nvrx_otel.aggregator.otlp_encode``), plus the orjson decode both need;
+- ``message_encode``: fill opentelemetry-proto messages straight from the decoded records
+  and serialize them (the route before ``otlp_wire``), plus the orjson decode all need;
+- ``wire_encode``: write the request's protobuf bytes directly
+  (``nvrx_otel.aggregator.otlp_wire``, what the aggregator sends);
 - ``aggregator``: a prepared spool (8 ranks) drained by one in-process aggregator with the
   node log and OTLP/HTTP output to a receiver in another process that reads and discards
   each request; records/s of the OTLP sink from start until every record is acknowledged.
@@ -24,7 +26,7 @@ from typing import Any
 import orjson
 
 from benchmarks.bench_aggregator import NODE, prepare
-from nvrx_otel.aggregator.otlp_encode import encode_logs
+from nvrx_otel.aggregator.otlp_wire import LogsEncoder
 from nvrx_otel.aggregator.service import Aggregator, AggregatorConfig
 from nvrx_otel.spool.paths import job_dir
 
@@ -89,9 +91,46 @@ def _sdk_encode(lines: list[bytes]) -> None:
     sdk_encode(batch).SerializeToString()
 
 
-def _direct_encode(lines: list[bytes]) -> None:
+def _message_encode(lines: list[bytes]) -> None:
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+        ExportLogsServiceRequest,
+    )
+
+    req = ExportLogsServiceRequest()
+    sl = req.resource_logs.add().scope_logs.add()
+    sl.scope.name = "nvrx"
+    observed = time.time_ns()
+    for line in lines:
+        r = orjson.loads(line)
+        lr = sl.log_records.add()
+        lr.time_unix_nano = r["ts"]
+        lr.observed_time_unix_nano = observed
+        lr.severity_number = r["sev"]
+        lr.severity_text = r["lvl"]
+        lr.body.string_value = r["msg"]
+        add = lr.attributes.add
+        for key, value in (
+            ("log.logger.name", r["lg"]),
+            ("code.file.path", r["path"]),
+            ("code.function.name", r["fn"]),
+            ("thread.name", r["tn"]),
+        ):
+            kv = add()
+            kv.key = key
+            kv.value.string_value = value
+        for key, number in (("thread.id", r["tid"]), ("code.line.number", r["line"])):
+            kv = add()
+            kv.key = key
+            kv.value.int_value = number
+        kv = add()
+        kv.key = "nv.nvrx.record.key"
+        kv.value.string_value = r["key"]
+    req.SerializeToString()
+
+
+def _wire_encode(lines: list[bytes]) -> None:
     records = [orjson.loads(line) for line in lines]
-    encode_logs([({}, records)], time.time_ns()).SerializeToString()
+    LogsEncoder().request([({}, records)], time.time_ns())
 
 
 def _per_record(fn: Any, lines: list[bytes], rounds: int) -> float:
@@ -156,15 +195,15 @@ def _aggregator_rate(records_per_rank: int, *, otlp_alone: bool) -> dict[str, An
 
 def run(records: int = 20_000, records_per_rank: int = 50_000, rounds: int = 5) -> dict[str, Any]:
     lines = _lines(records)
-    sdk = direct = 0.0
-    sdk_samples, direct_samples = [], []
-    for _ in range(rounds):  # interleaved: noise hits both alike
-        sdk_samples.append(_per_record(_sdk_encode, lines, 1))
-        direct_samples.append(_per_record(_direct_encode, lines, 1))
-    sdk, direct = statistics.median(sdk_samples), statistics.median(direct_samples)
+    samples: dict[str, list[float]] = {"sdk": [], "message": [], "wire": []}
+    for _ in range(rounds):  # interleaved: noise hits all alike
+        samples["sdk"].append(_per_record(_sdk_encode, lines, 1))
+        samples["message"].append(_per_record(_message_encode, lines, 1))
+        samples["wire"].append(_per_record(_wire_encode, lines, 1))
+    sdk, message, wire = (statistics.median(samples[k]) for k in ("sdk", "message", "wire"))
     return {
-        "ns_per_record": {"sdk_encode": sdk, "direct_encode": direct},
-        "ratios": {"direct/sdk": direct / sdk},
+        "ns_per_record": {"sdk_encode": sdk, "message_encode": message, "wire_encode": wire},
+        "ratios": {"wire/sdk": wire / sdk, "wire/message": wire / message},
         "otlp_sink_alone": _aggregator_rate(records_per_rank, otlp_alone=True),
         "both_sinks_at_once": _aggregator_rate(records_per_rank, otlp_alone=False),
         "target_otlp_records_per_s": 100_000,

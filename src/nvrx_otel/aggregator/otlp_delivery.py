@@ -19,11 +19,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 
 from nvrx_otel.aggregator.otlp_transport import Result
+
+if TYPE_CHECKING:
+    from nvrx_otel.aggregator.otlp_wire import LogsEncoder
 
 BACKOFF_START_S: Final = 0.5
 BACKOFF_MAX_S: Final = 30.0
@@ -87,8 +90,10 @@ class JsonLines:
 
     def deliver(self, signal: str, message: Any, payload: bytes, timeout: float) -> Result:
         try:
-            from nvrx_otel.aggregator.otlp_encode import to_json
+            from nvrx_otel.aggregator.otlp_encode import parse, to_json
 
+            if isinstance(message, bytes):
+                message = parse(signal, message)
             line = orjson.dumps(to_json(message), option=orjson.OPT_APPEND_NEWLINE)
             self.directory.mkdir(parents=True, exist_ok=True)
             _append_line(self.paths[signal], line)
@@ -139,6 +144,7 @@ class Delivery:
         self._said: set[str] = set()
         self._deadline = float("inf")
         self._interrupt = threading.Event()
+        self._logs: LogsEncoder | None = None
 
     def drain_by(self, deadline: float) -> None:
         """The aggregator drains until ``deadline`` (monotonic): retry now, wait no longer."""
@@ -162,7 +168,11 @@ class Delivery:
         records were refused or rejected for good (counted as dropped, for the caller to
         report); None when the sink must stop first (the logs then go again with the
         spans: duplicates, never losses)."""
-        from nvrx_otel.aggregator.otlp_encode import encode_logs, encode_spans
+        from nvrx_otel.aggregator.otlp_encode import encode_spans
+        from nvrx_otel.aggregator.otlp_wire import LogsEncoder
+
+        if self._logs is None:
+            self._logs = LogsEncoder()
 
         log_batch = [(resources.get(w, {}), rs) for w, rs in logs.items() if rs]
         span_batch = [(resources.get(w, {}), rs) for w, rs in spans.items() if rs]
@@ -170,7 +180,7 @@ class Delivery:
         n_spans = sum(len(rs) for _, rs in span_batch) + len(trunc)
         logs_lost = 0
         if n_logs:
-            lost = self.send("logs", encode_logs(log_batch, time.time_ns()), n_logs)
+            lost = self.send("logs", self._logs.request(log_batch, time.time_ns()), n_logs)
             if lost is None:
                 return None
             exported["logs"] += n_logs - lost
@@ -185,10 +195,11 @@ class Delivery:
         return logs_lost
 
     def send(self, signal: str, message: Any, count: int) -> int | None:
-        """Deliver one request to every exporter: how many of its ``count`` items an
-        exporter refused or rejected for good (0: all taken, counted as dropped), or None
-        when it is not delivered yet (give way or deadline): send it again later."""
-        payload = message.SerializeToString()
+        """Deliver one request (a message, or its serialized bytes) to every exporter: how
+        many of its ``count`` items an exporter refused or rejected for good (0: all taken,
+        counted as dropped), or None when it is not delivered yet (give way or deadline):
+        send it again later."""
+        payload = message if isinstance(message, bytes) else message.SerializeToString()
         lost = 0
         for dest in self.exporters:
             result = self._deliver(dest, signal, message, payload, count)

@@ -1,10 +1,11 @@
-"""Spool records → OTLP protobuf requests, filled directly (no SDK objects in between).
+"""Spool spans → OTLP protobuf requests, filled directly (no SDK objects in between).
 
 Building SDK ``LogRecord`` objects and running the SDK's ``encode_logs`` costs ~38 us per
 record; filling opentelemetry-proto messages straight from the decoded spool record costs
-a fraction of that (``benchmarks/bench_otlp.py`` measures both). The JSON form used by
-``--otlp-json`` is the same messages in the OTLP/JSON mapping the collector's file
-exporter writes (ids as lowercase hex, 64-bit integers as decimal strings).
+a fraction of that (``benchmarks/bench_otlp.py`` measures both). Log records go faster
+still as wire bytes (``otlp_wire``); :func:`encode_logs` parses those into a message. The
+JSON form used by ``--otlp-json`` is the same messages in the OTLP/JSON mapping the
+collector's file exporter writes (ids as lowercase hex, 64-bit integers as decimal strings).
 """
 
 from __future__ import annotations
@@ -17,11 +18,9 @@ from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from nvrx_otel import semconv
-from nvrx_otel.levels import severity_of_name
 
 Record = dict[str, Any]
 Batch = Sequence[tuple[Mapping[str, Any], list[Record]]]
@@ -67,86 +66,18 @@ def fill_attributes(target: Any, attrs: Mapping[str, Any]) -> None:
         fill_value(kv.value, value)
 
 
-def _site_attributes(r: Record) -> bytes:
-    """The attributes a call site repeats on every record (logger, code location except
-    the line, thread), serialized once and merged into each record that shares them."""
-    template = LogRecord()
-    at = template.attributes.add
-    kv = at()
-    kv.key = semconv.LOGGER_NAME
-    kv.value.string_value = r.get("lg", "")
-    for key, field in (
-        (semconv.CODE_FILE_PATH, "path"),
-        (semconv.CODE_FUNCTION_NAME, "fn"),
-        (semconv.THREAD_NAME, "tn"),
-    ):
-        value = r.get(field)
-        if value is not None:
-            kv = at()
-            kv.key = key
-            kv.value.string_value = value
-    tid = r.get("tid")
-    if tid is not None:
-        kv = at()
-        kv.key = semconv.THREAD_ID
-        kv.value.int_value = tid
-    return template.SerializeToString()
-
-
 def encode_logs(batch: Batch, observed_ns: int) -> ExportLogsServiceRequest:
-    """One export request: a ResourceLogs per writer, a ScopeLogs per logger name."""
-    req = ExportLogsServiceRequest()
-    sites: dict[tuple[Any, ...], bytes] = {}
-    for resource, records in batch:
-        rl = req.resource_logs.add()
-        fill_attributes(rl.resource.attributes, resource)
-        scopes: dict[str, Any] = {}
-        for r in records:
-            logger = r.get("lg", "")
-            sl = scopes.get(logger)
-            if sl is None:
-                sl = scopes[logger] = rl.scope_logs.add()
-                sl.scope.name = logger
-            lr = sl.log_records.add()
-            site = (logger, r.get("path"), r.get("fn"), r.get("tid"), r.get("tn"))
-            blob = sites.get(site)
-            if blob is None:
-                blob = sites[site] = _site_attributes(r)
-            lr.MergeFromString(blob)
-            lr.time_unix_nano = r["ts"]
-            lr.observed_time_unix_nano = observed_ns
-            lr.severity_number = r.get("sev") or severity_of_name(r.get("lvl"))
-            lr.severity_text = r.get("lvl", "")
-            lr.body.string_value = r.get("msg", "")
-            at = lr.attributes.add
-            line = r.get("line")
-            if line is not None:
-                kv = at()
-                kv.key = semconv.CODE_LINE_NUMBER
-                kv.value.int_value = line
-            kv = at()
-            kv.key = semconv.RECORD_KEY
-            kv.value.string_value = r.get("key", "")
-            if "exc_type" in r:
-                kv = at()
-                kv.key = semconv.EXCEPTION_TYPE
-                kv.value.string_value = r["exc_type"]
-                kv = at()
-                kv.key = semconv.EXCEPTION_MESSAGE
-                kv.value.string_value = r.get("exc_msg", "")
-            if "exc" in r:
-                kv = at()
-                kv.key = semconv.EXCEPTION_STACKTRACE
-                kv.value.string_value = r["exc"]
-            extra = r.get("attrs")
-            if extra:
-                fill_attributes(lr.attributes, extra)
-            trace_id = r.get("trace_id")
-            if trace_id:
-                lr.trace_id = _fromhex(trace_id)
-                lr.span_id = _fromhex(r["span_id"])
-                lr.flags = r.get("tf", 0) & 0xFF
-    return req
+    """One export request as a message (the sink sends ``otlp_wire``'s bytes directly)."""
+    from nvrx_otel.aggregator.otlp_wire import LogsEncoder
+
+    return ExportLogsServiceRequest.FromString(LogsEncoder().request(batch, observed_ns))
+
+
+def parse(signal: str, payload: bytes) -> ExportLogsServiceRequest | ExportTraceServiceRequest:
+    """A serialized request of ``signal`` (``logs`` or ``traces``) as its message."""
+    if signal == "logs":
+        return ExportLogsServiceRequest.FromString(payload)
+    return ExportTraceServiceRequest.FromString(payload)
 
 
 def _fill_span(span: Span, r: Record, *, truncated_at: int | None = None) -> None:

@@ -1,0 +1,201 @@
+"""Spool records → serialized OTLP log requests, written as protobuf wire bytes directly.
+
+Filling opentelemetry-proto messages and serializing them costs about 5 us per log record
+(upb); most of a record's bytes repeat from record to record (its call site, its level,
+its code line) and can be serialized once. This encoder writes the wire format of
+``ExportLogsServiceRequest`` itself (field numbers from opentelemetry-proto's
+``logs.proto``/``common.proto``), caching every repeated part; ``benchmarks/bench_otlp.py``
+measures it against the message route, and ``tests/aggregator/test_otlp_wire.py`` checks
+that what it writes parses to the same message the message route builds.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from nvrx_otel import semconv
+from nvrx_otel.levels import severity_of_name
+
+Record = dict[str, Any]
+Batch = Sequence[tuple[Mapping[str, Any], list[Record]]]
+"""Records grouped by their writer's resource attributes (the header's ``res``)."""
+
+_fromhex = bytes.fromhex
+_double = struct.Struct("<d").pack
+_fixed32 = struct.Struct("<I").pack
+_times = struct.Struct("<BQBQ").pack  # time_unix_nano (1), observed_time_unix_nano (11)
+
+# Tags: (field number << 3) | wire type (0 varint, 1 fixed64, 2 length-delimited, 5 fixed32).
+_T_ANY_STRING: Final = 0x0A
+_T_ANY_BOOL: Final = 0x10
+_T_ANY_INT: Final = 0x18
+_T_ANY_DOUBLE: Final = 0x21
+_T_ANY_ARRAY: Final = 0x2A
+_T_ANY_KVLIST: Final = 0x32
+_T_KV_KEY: Final = 0x0A
+_T_KV_VALUE: Final = 0x12
+_T_LR_SEVERITY: Final = 0x10
+_T_LR_SEVERITY_TEXT: Final = 0x1A
+_T_LR_BODY: Final = 0x2A
+_T_LR_ATTR: Final = 0x32
+_T_LR_FLAGS: Final = 0x45
+_T_LR_TRACE: Final = 0x4A
+_T_LR_SPAN: Final = 0x52
+_T_SCOPE: Final = 0x0A  # ScopeLogs.scope, ResourceLogs.resource, Request.resource_logs
+_T_ITEMS: Final = 0x12  # ScopeLogs.log_records, ResourceLogs.scope_logs
+_T_NAME: Final = 0x0A  # InstrumentationScope.name
+_T_RES_ATTR: Final = 0x0A  # Resource.attributes
+_T_REQ: Final = 0x0A  # ExportLogsServiceRequest.resource_logs
+
+_SMALL: Final = [bytes((n,)) for n in range(128)]
+
+
+def varint(n: int) -> bytes:
+    """An unsigned varint (negative int64s as their 64-bit two's complement)."""
+    if 0 <= n < 128:
+        return _SMALL[n]
+    n &= 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while n > 127:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def field(tag: int, payload: bytes) -> bytes:
+    """A length-delimited field."""
+    n = len(payload)
+    return (_SMALL[tag] + _SMALL[n] if n < 128 else _SMALL[tag] + varint(n)) + payload
+
+
+def any_value(value: Any) -> bytes:
+    """An AnyValue's bytes for a JSON value (str, bool, int, float, list, dict, None)."""
+    if isinstance(value, str):
+        return field(_T_ANY_STRING, value.encode("utf-8", "replace"))
+    if isinstance(value, bool):
+        return b"\x10\x01" if value else b"\x10\x00"
+    if isinstance(value, int):
+        if -(2**63) <= value < 2**63:
+            return _SMALL[_T_ANY_INT] + varint(value)
+        return field(_T_ANY_STRING, str(value).encode())
+    if isinstance(value, float):
+        return _SMALL[_T_ANY_DOUBLE] + _double(value)
+    if isinstance(value, (list, tuple)):
+        return field(_T_ANY_ARRAY, b"".join(field(0x0A, any_value(v)) for v in value))
+    if isinstance(value, dict):
+        return field(
+            _T_ANY_KVLIST, b"".join(field(0x0A, key_value(str(k), v)) for k, v in value.items())
+        )
+    if value is None:
+        return b""
+    return field(_T_ANY_STRING, str(value).encode("utf-8", "replace"))
+
+
+def key_value(key: str, value: Any) -> bytes:
+    return field(_T_KV_KEY, key.encode("utf-8", "replace")) + field(_T_KV_VALUE, any_value(value))
+
+
+def attributes(tag: int, attrs: Mapping[str, Any]) -> bytes:
+    return b"".join(field(tag, key_value(k, v)) for k, v in attrs.items())
+
+
+class LogsEncoder:
+    """Caches what a record shares with others from its call site (logger, code location,
+    thread, level): those bytes are serialized once. One encoder per sink."""
+
+    MAX_CACHED: Final = 65536
+
+    def __init__(self) -> None:
+        self._shared: dict[tuple[Any, ...], bytes] = {}
+        self._key_prefix = field(_T_KV_KEY, semconv.RECORD_KEY.encode())
+
+    def _serialize_shared(self, r: Record) -> bytes:
+        """Severity, severity text and the call site's attributes (code line included)."""
+        out = b""
+        sev = r.get("sev")
+        lvl = r.get("lvl")
+        number = sev or severity_of_name(lvl)
+        if number:
+            out += _SMALL[_T_LR_SEVERITY] + varint(number)
+        if lvl:
+            out += field(_T_LR_SEVERITY_TEXT, str(lvl).encode("utf-8", "replace"))
+        attrs: dict[str, Any] = {semconv.LOGGER_NAME: r.get("lg", "")}
+        for key, name in (
+            (semconv.CODE_FILE_PATH, "path"),
+            (semconv.CODE_FUNCTION_NAME, "fn"),
+            (semconv.THREAD_NAME, "tn"),
+            (semconv.THREAD_ID, "tid"),
+            (semconv.CODE_LINE_NUMBER, "line"),
+        ):
+            value = r.get(name)
+            if value is not None:
+                attrs[key] = value
+        return out + attributes(_T_LR_ATTR, attrs)
+
+    def record(self, r: Record, observed_ns: int) -> bytes:
+        """One LogRecord as a ScopeLogs.log_records field (tag, length, bytes)."""
+        get = r.get
+        shared_key = (
+            get("lg"), get("path"), get("fn"), get("line"), get("tid"), get("tn"),
+            get("sev"), get("lvl"),
+        )  # fmt: skip
+        shared = self._shared.get(shared_key)
+        if shared is None:
+            shared = self._serialize_shared(r)
+            if len(self._shared) < self.MAX_CACHED:
+                self._shared[shared_key] = shared
+        msg = get("msg", "").encode("utf-8", "replace")
+        key = get("key", "").encode("utf-8", "replace")
+        m = len(msg)
+        k = len(key)
+        if m < 126 and k < 124:
+            # body: AnyValue{string_value}; the key: KeyValue{key, AnyValue{string_value}}
+            body = b"\x2a" + _SMALL[m + 2] + b"\x0a" + _SMALL[m] + msg
+            kv = b"\x12" + _SMALL[k + 2] + b"\x0a" + _SMALL[k] + key
+        else:
+            body = field(_T_LR_BODY, field(_T_ANY_STRING, msg))
+            kv = field(_T_KV_VALUE, field(_T_ANY_STRING, key))
+        parts = [
+            _times(0x09, r["ts"], 0x59, observed_ns),
+            shared,
+            body,
+            field(_T_LR_ATTR, self._key_prefix + kv),
+        ]
+        if "exc_type" in r:
+            parts.append(field(_T_LR_ATTR, key_value(semconv.EXCEPTION_TYPE, r["exc_type"])))
+            parts.append(
+                field(_T_LR_ATTR, key_value(semconv.EXCEPTION_MESSAGE, get("exc_msg", "")))
+            )
+        if "exc" in r:
+            parts.append(field(_T_LR_ATTR, key_value(semconv.EXCEPTION_STACKTRACE, r["exc"])))
+        extra = get("attrs")
+        if extra:
+            parts.append(attributes(_T_LR_ATTR, extra))
+        trace_id = get("trace_id")
+        if trace_id:
+            parts.append(b"\x4a\x10" + _fromhex(trace_id) + b"\x52\x08" + _fromhex(r["span_id"]))
+            parts.append(b"\x45" + _fixed32(get("tf", 0) & 0xFF))
+        return field(_T_ITEMS, b"".join(parts))
+
+    def request(self, batch: Batch, observed_ns: int) -> bytes:
+        """A serialized ExportLogsServiceRequest: a ResourceLogs per writer, a ScopeLogs per
+        logger name (as ``otlp_encode.encode_logs`` builds it)."""
+        out = []
+        record = self.record
+        for resource, records in batch:
+            scopes: dict[str, list[bytes]] = {}
+            for r in records:
+                logger = r.get("lg", "")
+                items = scopes.get(logger)
+                if items is None:
+                    items = scopes[logger] = []
+                items.append(record(r, observed_ns))
+            body = [field(_T_SCOPE, attributes(_T_RES_ATTR, resource))]
+            for logger, items in scopes.items():
+                scope = field(_T_SCOPE, field(_T_NAME, logger.encode("utf-8", "replace")))
+                body.append(field(_T_ITEMS, scope + b"".join(items)))
+            out.append(field(_T_REQ, b"".join(body)))
+        return b"".join(out)

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-LOW = ("env", "identity", "levels", "record", "recordschema", "spool", "nodeline")
+LOW = ("env", "identity", "levels", "proctime", "record", "recordschema", "spool", "nodeline")
 FRONT_ENDS = ("logging", "tracing")
 UPPER = {
     "nvrx_otel.env": ("logging", "tracing", "aggregator"),
     "nvrx_otel.identity": ("logging", "tracing", "aggregator"),
     "nvrx_otel.levels": ("logging", "tracing", "aggregator"),
+    "nvrx_otel.proctime": ("logging", "tracing", "aggregator"),
     "nvrx_otel.record": ("logging", "tracing", "aggregator"),
     "nvrx_otel.recordschema": ("logging", "tracing", "aggregator"),
     "nvrx_otel.spool": ("logging", "tracing", "aggregator"),

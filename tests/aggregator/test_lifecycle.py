@@ -26,9 +26,12 @@ from tests.aggregator.spoolkit import (
 
 
 def test_stale_wait_file_is_ignored_until_made_again(tmp_path: Path) -> None:
-    """A wait file older than the aggregator does not stop it; touching it again does."""
+    """A wait file older than the aggregator (a previous job's, a second old) does not
+    stop it; touching it again does."""
     done = tmp_path / "done"
     done.touch()
+    an_old_time = time.time_ns() - 1_000_000_000
+    os.utime(done, ns=(an_old_time, an_old_time))
     w = FakeWriter(spool_dir(tmp_path))
     agg = cli(tmp_path)
     started(tmp_path, agg)
@@ -43,6 +46,50 @@ def test_stale_wait_file_is_ignored_until_made_again(tmp_path: Path) -> None:
     assert code == 0, err
     assert "is older than this aggregator: ignoring it" in err
     assert "stopped (wait file)" in err
+
+
+LATE_STARTING_AGGREGATOR = """
+import pathlib, runpy, sys
+pathlib.Path(sys.argv[1]).touch()  # the workload ends before the aggregator's own code runs
+sys.argv = ["nvrx_otel.logging.aggregator", *sys.argv[2:]]
+runpy.run_module("nvrx_otel.logging.aggregator", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_wait_file_made_while_the_aggregator_starts_up_counts(tmp_path: Path) -> None:
+    """A fast workload finishes, and touches the wait file, after the aggregator's process
+    started but before its Python reached the wait file (a 2-core node under a job's
+    start-up load): the wait file counts, the aggregator drains and exits at once instead
+    of waiting for a touch that never comes."""
+    w = FakeWriter(spool_dir(tmp_path))
+    for i in range(50):
+        w.log(f"r{i}")
+    w.close()
+    done = tmp_path / "done"
+    agg = cli(tmp_path, command=[sys.executable, "-c", LATE_STARTING_AGGREGATOR, str(done)])
+    code, err = finish(agg, timeout=60)
+    assert code == 0, err
+    assert "older than this aggregator" not in err, err
+    assert "stopped (wait file)" in err, err
+    assert messages(log_path(tmp_path)) == [f"r{i}" for i in range(50)]
+
+
+def test_wait_file_judged_against_the_start_it_is_given(tmp_path: Path) -> None:
+    """The rule itself: a wait file whose mtime is at or after the start (less the clocks'
+    slack) counts at once; one older is stale until touched again."""
+    from nvrx_otel.aggregator.lifecycle import WaitFile
+
+    done = tmp_path / "done"
+    done.touch()
+    made = done.stat().st_mtime_ns
+    assert WaitFile(done, since_ns=made - 1).fresh()
+    assert WaitFile(done, since_ns=made + WaitFile.SLACK_NS).fresh()
+    stale = WaitFile(done, since_ns=made + WaitFile.SLACK_NS + 1)
+    assert not stale.fresh()
+    assert not WaitFile(done).fresh()  # no start given: whatever is there is stale
+    os.utime(done, ns=(made + 10**9, made + 10**9))  # touched again
+    assert stale.fresh()
+    assert not WaitFile(tmp_path / "absent", since_ns=0).fresh()
 
 
 def test_sigterm_drains_writers_that_finish_then_exits_0(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from nvrx_otel import env
 from nvrx_otel.aggregator.health import own_stderr, tell
 from nvrx_otel.aggregator.service import Aggregator, AggregatorConfig, AggregatorError
+from nvrx_otel.proctime import process_start_ns
 
 DEFAULT_PROG = "python -m nvrx_otel.logging.aggregator"
 
@@ -147,6 +148,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = DEFAULT_PROG) -> int:
             log_dir=args.log_dir,
             spool_root=spool_root,
             wait_file=args.wait_file,
+            since_ns=process_start_ns(),  # this process is the aggregator's (see WaitFile)
             job_id=args.job_id,
             chrono=args.en_chronological_ordering,
             check_interval=args.check_interval,

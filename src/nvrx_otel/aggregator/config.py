@@ -19,6 +19,7 @@ class AggregatorConfig:
     log_dir: Path
     spool_root: Path
     wait_file: Path | None = None
+    since_ns: int | None = None  # a wait file made from then on counts (None: at open())
     job_id: str | None = None  # None: the identity's job id ("nojob" when it has none)
     node_id: str | None = None  # None: the identity's node id
     log_name: str | None = None  # None: nvrx_log_<node id>.log

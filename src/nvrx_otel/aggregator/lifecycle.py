@@ -11,9 +11,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Final
 
 from nvrx_otel.aggregator.health import say
+from nvrx_otel.proctime import TICK_NS
 from nvrx_otel.spool.paths import LOCK_NAME
 
 
@@ -56,17 +57,28 @@ class JobLock:
 
 
 class WaitFile:
-    """The wait file, stale when it already existed (unchanged) at the aggregator's start.
+    """The wait file: it counts once made or touched after the aggregator started.
 
-    Staleness is judged by the file's identity (inode, mtime) seen at start rather than by
-    comparing clocks: a file touched right after the start may carry an mtime a few ms
-    older than the start (file systems stamp with a coarse clock)."""
+    ``since_ns`` is that start: for the command-line aggregator its process's start as the
+    kernel recorded it, so a wait file the workload touched while the aggregator's Python
+    was still starting up counts (a fast job on a busy node finishes before that). A file
+    whose modification time is older than the start, less one clock tick and one coarse
+    file-system tick, is *stale*: it predates the job and is ignored until it is made or
+    touched again, which is judged by the file's identity (inode, mtime) rather than by
+    comparing clocks. Without ``since_ns`` every file there at the start is stale."""
 
-    def __init__(self, path: Path | None) -> None:
+    SLACK_NS: Final = 2 * TICK_NS
+    """The start is known to a clock tick, file times to a coarse kernel tick."""
+
+    def __init__(self, path: Path | None, since_ns: int | None = None) -> None:
         self.path = path
-        self.stale = self._identity()
+        seen = self._stat()
+        made_since = (
+            seen is not None and since_ns is not None and seen[1] >= since_ns - self.SLACK_NS
+        )
+        self.stale = None if made_since else seen
 
-    def _identity(self) -> tuple[int, int] | None:
+    def _stat(self) -> tuple[int, int] | None:
         if self.path is None:
             return None
         try:
@@ -77,7 +89,7 @@ class WaitFile:
 
     def fresh(self) -> bool:
         """A wait file exists that was made or touched after the start."""
-        seen = self._identity()
+        seen = self._stat()
         return seen is not None and seen != self.stale
 
 

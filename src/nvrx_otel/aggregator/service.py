@@ -121,7 +121,8 @@ class Aggregator(Progress):
         Raises :class:`AggregatorError` with the reason when that is impossible."""
         if self._opened:
             return
-        self._wait = WaitFile(self.config.wait_file)  # first: one made after this is fresh
+        # first: a wait file made after this (or after since_ns) is fresh
+        self._wait = WaitFile(self.config.wait_file, self.config.since_ns)
         try:
             self._make_job_dir()
         except SpoolPathError as exc:

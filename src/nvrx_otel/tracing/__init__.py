@@ -4,12 +4,13 @@
 ``inject_env`` work with whatever it set up (and do nothing while tracing is off).
 """
 
+from nvrx_otel.proctime import process_start_ns
 from nvrx_otel.tracing.ckptlinks import checkpoint_link
 from nvrx_otel.tracing.helpers import SpanHelper, checkpoint_span, ft_span
 from nvrx_otel.tracing.propagation import inject_env
 from nvrx_otel.tracing.provider import NvrxTracerProvider
 from nvrx_otel.tracing.setup import reset_tracing, setup_tracing
-from nvrx_otel.tracing.startup import import_span, process_start_ns, startup_spans
+from nvrx_otel.tracing.startup import import_span, startup_spans
 
 __all__ = [
     "NvrxTracerProvider",

@@ -14,11 +14,11 @@ async, so the imports nest under the startup span::
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Final
 
 from nvrx_otel import env
+from nvrx_otel.proctime import process_start_ns
 from nvrx_otel.semconv import SPAN_GROUP_STARTUP, StartupSpanKind, span_def
 from nvrx_otel.tracing.helpers import HelperSpec, SpanHelper
 
@@ -27,26 +27,6 @@ _IMPORTS: Final = span_def(SPAN_GROUP_STARTUP, StartupSpanKind.IMPORTS)
 _IMPORTED_NS: Final = time.time_ns()  # the fallback where the OS cannot tell
 _STARTUP_SPEC: Final = HelperSpec("startup_spans", {}, None)
 _IMPORTS_SPEC: Final = HelperSpec("import_span", {}, None)
-
-
-def process_start_ns(stat_path: str = "/proc/self/stat") -> int | None:
-    """When this process started, in ns since the epoch, from the OS; None if unknown.
-
-    Linux gives the start in clock ticks since boot (field 22 of ``/proc/<pid>/stat``);
-    it is turned into wall-clock time through ``CLOCK_BOOTTIME``, the clock it counts
-    in, so the result is good to one tick (10 ms).
-    """
-    try:
-        with open(stat_path, "rb") as f:
-            stat = f.read()
-        fields = stat[stat.rindex(b")") + 2 :].split()  # the name may hold spaces and ")"
-        start_ticks = int(fields[19])  # field 22; fields[0] is field 3 (state)
-        ticks_per_s = os.sysconf("SC_CLK_TCK")
-        since_boot_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
-        now_ns = time.time_ns()
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None
-    return now_ns - (since_boot_ns - start_ticks * 1_000_000_000 // ticks_per_s)
 
 
 def startup_spans(**attributes: Any) -> SpanHelper:

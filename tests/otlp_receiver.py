@@ -53,6 +53,7 @@ class OtlpReceiver:
         self.spans: list[dict[str, Any]] = []
         self.metrics: list[str] = []
         self.requests = 0
+        self.sizes: list[int] = []  # each accepted request's body, uncompressed
         self.refused: dict[str, int] = {}  # per signal: requests answered with another status
         self.status = 200  # tests may set e.g. 503 to refuse
         self.lock = threading.Lock()
@@ -116,6 +117,7 @@ class OtlpReceiver:
     def _take(self, path: str, body: bytes) -> bytes:
         with self.lock:
             self.requests += 1
+            self.sizes.append(len(body))
             if path.endswith("/v1/logs"):
                 req = ExportLogsServiceRequest.FromString(body)
                 for rl in req.resource_logs:

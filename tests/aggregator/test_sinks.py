@@ -158,3 +158,23 @@ def test_otlp_json_line_written_in_part_is_cut_off(tmp_path: Path) -> None:
     assert sink.paths["logs"].read_bytes() == whole  # no half line left behind
     assert sink.deliver("logs", message, b"", 1.0) is Result.OK
     assert sink.paths["logs"].read_bytes() == whole * 2
+
+
+def test_requests_stay_under_a_collectors_default_message_size(tmp_path: Path) -> None:
+    """Twelve records of 900 KB (under the record cap): no request may carry them all, or
+    a collector's OTLP/gRPC receiver (4 MiB messages by default) refuses it for good."""
+    directory = spool_dir(tmp_path)
+    directory.mkdir(parents=True, exist_ok=True)
+    writer = SpoolWriter(directory, max_file_size=32 << 20, budget=256 << 20)
+    for i in range(12):
+        writer.emit({"k": "log", "ts": 1_700_000_000_000_000_000 + i, "sev": 9,
+                     "lvl": "INFO", "lg": "t", "msg": f"rec {i} " + "x" * 900_000})  # fmt: skip
+    writer.close()
+    receiver = OtlpReceiver()
+    receiver.status = 503  # down while the node log takes them all: OTLP catches up later
+    with receiver, running(config(tmp_path, otlp_endpoint=receiver.endpoint)):
+        wait_for(lambda: _node_log(tmp_path) == 12, timeout=60, what="the node log")
+        receiver.status = 200
+        assert receiver.wait_for(lambda r: _unique(r) >= 12, timeout=60)
+    assert _unique(receiver) == 12
+    assert max(receiver.sizes) < 4 << 20, receiver.sizes

@@ -57,6 +57,10 @@ __all__ = ["FileView", "OtlpExport"]
 
 BATCH_RECORDS: Final = 2048
 """Records (and spans) sent in one request."""
+BATCH_BYTES: Final = 2 << 20
+"""Spool bytes whose records go into one request (beyond one queued batch): requests stay
+under the 4 MiB a collector's OTLP/gRPC receiver takes by default, whatever the records'
+size (one record may be up to the record cap)."""
 QUEUE_RECORDS: Final = 16 * BATCH_RECORDS
 QUEUE_BYTES: Final = 16 << 20
 """The queue holds at most this much; past it the sink lags and catches up by reading."""
@@ -309,12 +313,13 @@ class OtlpExport:
         self._catch_up(views)
         with self.lock:
             batches: list[Batch] = []
-            count = 0
+            count = size = 0
             for b in self._queue:
-                if count >= BATCH_RECORDS:
+                if count >= BATCH_RECORDS or (batches and size + b.end - b.start > BATCH_BYTES):
                     break
                 batches.append(b)
                 count += b.count
+                size += b.end - b.start
             whole = len(batches) == len(self._queue)
             truncated = died_in_spans(views, self.writers, self._offset) if whole else []
             reported = {

@@ -8,7 +8,8 @@ its process starts (interpreter start-up and imports included) to:
 - ``node_log``: the last record's line in the node log (OTLP off), with and without
   ``--en-chronological-ordering``;
 - ``otlp``: the last record acknowledged by an OTLP/HTTP receiver (another process that
-  decodes each request and counts its log records), node log and OTLP both on.
+  acknowledges each request on receipt, as a collector's receiver does, then decodes it
+  and counts its log records), node log and OTLP both on.
 
 The aggregator runs at nice 0; its peak RSS (``VmHWM``) by then is reported. It is stopped
 by a wait file once everything arrived; its summary must report nothing dropped.
@@ -43,14 +44,16 @@ class H(BaseHTTPRequestHandler):
     def do_POST(self):
         global total
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        # acknowledged on receipt, as a collector's receiver does once the request is in its
+        # pipeline; then decoded and counted (the clock stops at the last record counted)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0"); self.end_headers(); self.wfile.flush()
         if self.path.endswith("/v1/logs"):
             req = ExportLogsServiceRequest.FromString(body)
             n = sum(len(s.log_records) for r in req.resource_logs for s in r.scope_logs)
             total += n
             print(total, flush=True)
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", "0"); self.end_headers()
 s = ThreadingHTTPServer(("127.0.0.1", 0), H)
 s.daemon_threads = True
 print(s.server_address[1], flush=True)

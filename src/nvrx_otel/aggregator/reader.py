@@ -40,6 +40,7 @@ from nvrx_otel import env
 from nvrx_otel import record as rec
 from nvrx_otel.aggregator import reports
 from nvrx_otel.aggregator.nodelog import is_clean
+from nvrx_otel.aggregator.resync import last_seq, resync, unusable_header
 from nvrx_otel.semconv import DropReasonValues
 from nvrx_otel.spool.paths import SpoolFileName
 
@@ -216,7 +217,7 @@ def read_chunk(
         data, size, _ = _window(f, limit, end)
     skipped = lost = 0
     if f.resync >= 0:
-        skipped, seq, bad = _resync(data, f.resync)
+        skipped, seq, bad = resync(data, f.resync)
         if seq >= 0:
             # the lines after the cut that were not records are reported as corrupt
             lost = max(0, seq - f.resync - 1 - f.resync_bad - bad)
@@ -275,7 +276,7 @@ def read_chunk(
             try:
                 d = decode(ln)
             except ValueError:
-                if _unusable_header(ln):
+                if unusable_header(ln):
                     continue  # not a record: nothing lost; the file just has no header
                 run += 1
                 run_end = pos
@@ -313,7 +314,7 @@ def read_chunk(
         if last.get("lg") != reports.LOGGER:
             f.identity = reports.identity_of(last) or f.identity
     if chunk.end > start:
-        f.seq = max(f.seq, _last_seq(records, out_spans, f.seq))
+        f.seq = max(f.seq, last_seq(records, out_spans, f.seq))
         if f.resync >= 0:  # still no record after the cut: its lines were all corrupt
             f.resync_bad += chunk.corrupt
     if body and chunk.end == start + len(body):
@@ -329,69 +330,6 @@ def read_chunk(
 
 
 _SPAN_KINDS: Final = frozenset({rec.KIND_SPAN_START, rec.KIND_SPAN_END})
-
-
-def _unusable_header(line: bytes) -> bool:
-    """A header whose fields do not have their types (it is ignored, not a lost record)."""
-    try:
-        d = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return False
-    return isinstance(d, dict) and d.get("v") == rec.SCHEMA_VERSION and d.get("k") == "hdr"
-
-
-def _seq(d: dict[str, Any]) -> int:
-    """The writer's sequence number of ``d`` (-1 when it has none)."""
-    key = d.get("key")
-    if not isinstance(key, str) or d.get("lg") == reports.LOGGER:
-        return -1
-    try:
-        return rec.seq_of(key)
-    except ValueError:
-        return -1
-
-
-def _last_seq(
-    records: list[dict[str, Any]], spans: list[dict[str, Any]] | None, default: int
-) -> int:
-    """The highest sequence number among the last records read (the writer counts up)."""
-    best = default
-    for d in reversed(records):
-        seq = _seq(d)
-        if seq >= 0:
-            best = max(best, seq)
-            break
-    if spans:
-        best = max(best, _seq(spans[-1]))
-    return best
-
-
-def _resync(data: bytes, upto: int) -> tuple[int, int, int]:
-    """After a truncation: how many leading bytes of ``data`` hold lines already read
-    (records with a sequence number up to ``upto``, and lines before them), the sequence
-    number of the first record after them (-1 when ``data`` holds none yet), and how many
-    lines between are not records (the normal reading reports those as corrupt)."""
-    pos = 0
-    stop = -1  # start of the first line after the last record read before
-    bad = 0
-    while True:
-        cut = data.find(b"\n", pos)
-        if cut < 0:
-            return (pos if stop < 0 else stop), -1, bad
-        try:
-            d = rec.decode(data[pos:cut])
-        except ValueError:
-            if cut > pos and not _unusable_header(data[pos:cut]):
-                bad += 1
-            if stop < 0:
-                stop = pos
-            pos = cut + 1
-            continue
-        seq = -1 if d["k"] == rec.KIND_HEADER else _seq(d)
-        if seq > upto:
-            return (pos if stop < 0 else stop), seq, bad
-        stop, bad = -1, 0  # lines before a record read before were read before too
-        pos = cut + 1
 
 
 def _ts_of(d: dict[str, Any], f: SpoolFile) -> int:

@@ -132,13 +132,41 @@ def test_drain_timeout_bounds_the_wait_for_live_writers(tmp_path: Path) -> None:
     assert messages(log_path(tmp_path)) == ["complete"]
 
 
-def test_second_signal_exits_at_once(tmp_path: Path) -> None:
-    """During a long drain a second signal ends the process immediately."""
+def test_signal_repeated_at_once_is_the_same_shutdown(tmp_path: Path) -> None:
+    """``scancel``: Slurm's SIGTERM and the job script's forwarded one arrive together. The
+    second must not cut the drain short: records written after both still arrive, and
+    the exit is 0."""
+    w = FakeWriter(spool_dir(tmp_path))
+    w.log("before the signals")
+    agg = cli(tmp_path, "--drain-timeout", "60")
+    started(tmp_path, agg)
+    agg.send_signal(signal.SIGTERM)
+    wait_for(lambda: "draining (SIGTERM)" in agg.err(), what="the drain to begin")
+    agg.send_signal(signal.SIGTERM)  # (sent at once they may merge into one delivery)
+    wait_for(lambda: "again within" in agg.err(), what="the second signal")
+    for i in range(100):
+        w.log(f"after the signals {i}")
+    w.close()
+    code, err = finish(agg, timeout=30)
+    assert code == 0, err
+    assert messages(log_path(tmp_path)) == ["before the signals"] + [
+        f"after the signals {i}" for i in range(100)
+    ]
+    assert "exiting at once" not in err
+
+
+def test_second_signal_after_the_grace_exits_at_once(tmp_path: Path) -> None:
+    """During a long drain a signal that comes after the grace period (a person pressing
+    Ctrl-C again) ends the process immediately."""
+    from nvrx_otel.aggregator.lifecycle import SIGNAL_GRACE_S
+
     w = FakeWriter(spool_dir(tmp_path))
     agg = cli(tmp_path, "--drain-timeout", "60")
     started(tmp_path, agg)
     agg.send_signal(signal.SIGTERM)
     wait_for(lambda: "draining (SIGTERM)" in agg.err(), what="the drain to begin")
+    time.sleep(SIGNAL_GRACE_S)  # the grace is a span of time: let it pass
+    assert agg.poll() is None  # the live writer keeps the drain going
     start = time.monotonic()
     agg.send_signal(signal.SIGTERM)
     code, err = finish(agg, timeout=10)

@@ -8,6 +8,7 @@ import os
 import select
 import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -126,22 +127,40 @@ class Waker:
         self._r = self._w = -1
 
 
+SIGNAL_GRACE_S: Final = 5.0
+"""A second SIGTERM/SIGINT this soon after the first is taken for the same shutdown and
+ignored: Slurm signals every process of a step, and a job script's ``trap`` forwards the
+signal it got as well. One that comes later exits the process at once."""
+
+
 def catch_signals(on_first: Callable[[str], None]) -> dict[int, Any]:
-    """SIGTERM/SIGINT call ``on_first(name)``; a second one exits the process at once
-    (committed progress makes that safe). Returns the previous handlers; nothing is
-    installed outside the main thread."""
+    """SIGTERM/SIGINT call ``on_first(name)``; another within ``SIGNAL_GRACE_S`` is
+    ignored, a later one exits the process at once (committed progress makes that safe).
+    Returns the previous handlers; nothing is installed outside the main thread."""
     if threading.current_thread() is not threading.main_thread():
         return {}
-    count = [0]
+    first: list[float] = []  # when the first signal came (monotonic)
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        count[0] += 1
-        if count[0] > 1:
-            os.write(2, b"nvrx-otel aggregate: second signal: exiting at once\n")
+        name = signal.Signals(signum).name
+        if not first:
+            first.append(time.monotonic())
+            on_first(name)
+        elif time.monotonic() - first[0] < SIGNAL_GRACE_S:
+            _tell(f"{name} again within {SIGNAL_GRACE_S:g} s of the first: still draining")
+        else:
+            _tell("second signal: exiting at once")
             os._exit(128 + signum)
-        on_first(signal.Signals(signum).name)
 
     return {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _tell(message: str) -> None:
+    """One line on stderr from a signal handler: a plain write, never raising."""
+    try:
+        os.write(2, f"nvrx-otel aggregate: {message}\n".encode())
+    except OSError:
+        pass
 
 
 def restore_signals(previous: dict[int, Any]) -> None:

@@ -11,7 +11,8 @@ committed offsets, so every record is in the node log exactly once.
 
 It stops when a fresh wait file appears, on SIGTERM/SIGINT, or on :meth:`Aggregator.shutdown`:
 it keeps reading until no writer is left or the drain timeout has passed, writes what it
-holds, commits and prints a summary. A second signal exits at once.
+holds, commits and prints a summary. A second signal within ``SIGNAL_GRACE_S`` is the
+same shutdown; a later one exits at once.
 """
 
 from __future__ import annotations

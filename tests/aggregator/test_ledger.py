@@ -227,3 +227,27 @@ def test_ledger_report_of_a_killed_writer_reaches_otlp_as_well_as_the_node_log(
             assert receiver.wait_for(lambda r: sum(otlp(r)) >= 700, timeout=60)
         kept, dropped = otlp(receiver)
     assert dropped > 0 and (kept, dropped) == _ledger(tmp_path)
+
+
+def test_tally_report_reaches_otlp_as_well_as_the_node_log(tmp_path: Path) -> None:
+    """A loss tally's report comes from no spool file, like a ledger's: OTLP gets it too,
+    so the receiver accounts for the lost records as the node log does."""
+    from nvrx_otel import semconv
+    from tests.otlp_receiver import OtlpReceiver
+
+    directory = spool_dir(tmp_path)
+    directory.mkdir(parents=True)
+    t = tally.Tally(directory, "rank3", 4242, "00000000000000c3", 3)
+    assert t.store(150, "write_error")
+    t.forget_in_child()  # its writer is gone
+
+    def reported(r: OtlpReceiver) -> int:
+        logs = {log["attributes"][semconv.RECORD_KEY]: log for log in r.logs}.values()
+        tallies = [log for log in logs if "-tally-" in log["attributes"][semconv.RECORD_KEY]]
+        return sum(int(log["attributes"][semconv.DROP_COUNT]) for log in tallies)
+
+    with OtlpReceiver() as receiver:
+        with running(config(tmp_path, otlp_endpoint=receiver.endpoint)):
+            wait_for(lambda: _ledger(tmp_path)[1] == 150, timeout=60, what="the node log")
+            assert receiver.wait_for(lambda r: reported(r) >= 150, timeout=60)
+        assert reported(receiver) == 150

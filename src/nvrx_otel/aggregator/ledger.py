@@ -34,7 +34,7 @@ from typing import Any
 from nvrx_otel import record as rec
 from nvrx_otel.aggregator.health import Health, say
 from nvrx_otel.aggregator.nodelog import NodeLogFile
-from nvrx_otel.aggregator.output import Output
+from nvrx_otel.aggregator.output import Accounting, Output
 from nvrx_otel.aggregator.reader import SpoolFile
 from nvrx_otel.aggregator.reports import identity_of, loss_report
 from nvrx_otel.aggregator.spooldir import SpoolDir
@@ -155,16 +155,32 @@ class DropLedgers:
                 ts=last,
                 key=f"{writer}-ledger-{view.dropped:x}",
             )
-            out.loss(writer, report, (writer, ident.get("rank"), view.pid, missing, first, last))
-            health.dropped += missing
-            totals["dropped"] = totals.get("dropped", 0) + missing
-            self._after_commit.append(path)
-            return "reported"
+            acct = (writer, ident.get("rank"), view.pid, missing, first, last)
+            return self._report(writer, report, acct, path, out, health, totals)
         except OSError as exc:
             say(f"cannot settle the drop ledger {path.name}: {exc}")
             return "alive"
         finally:
             os.close(fd)
+
+    def _report(
+        self,
+        writer: str,
+        report: dict[str, Any],
+        acct: Accounting,
+        path: Path,
+        out: Output,
+        health: Health,
+        totals: dict[str, int],
+    ) -> str:
+        """Write a ledger's or a tally's loss report to the node log and every loss sink
+        (OTLP too), count it, and delete ``path`` once the report is committed."""
+        out.loss(writer, report, acct)
+        count = acct[3]
+        health.dropped += count
+        totals["dropped"] = totals.get("dropped", 0) + count
+        self._after_commit.append(path)
+        return "reported"
 
     def _settle_tally(
         self,
@@ -211,11 +227,8 @@ class DropLedgers:
                 ts=last,
                 key=f"{writer}-tally-{count:x}",
             )
-            out.write([report], [(writer, rank, pid, count, first, last)])
-            health.dropped += count
-            totals["dropped"] = totals.get("dropped", 0) + count
-            self._after_commit.append(note)
-            return "reported"
+            acct = (writer, rank, pid, count, first, last)
+            return self._report(writer, report, acct, note, out, health, totals)
         except OSError as exc:
             say(f"cannot settle the loss tally {path.name}: {exc}")
             return "alive"

@@ -6,6 +6,7 @@ import logging
 import os
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,20 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 _spawned: list[subprocess.Popen[Any]] = []
+
+
+@contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A real file system of ``size`` mounted at ``path`` (needs root; a failed mount fails
+    the test), unmounted when the block ends."""
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)], check=True
+    )
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 def spawn(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from tests.aggregator.spoolkit import (
@@ -23,19 +21,7 @@ from tests.aggregator.spoolkit import (
     started,
     wait_for,
 )
-
-
-@contextmanager
-def tmpfs(path: Path, size: str) -> Iterator[Path]:
-    """A real file system of ``size`` mounted at ``path`` (a failed mount fails the test)."""
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)], check=True
-    )
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=True)
+from tests.conftest import tmpfs
 
 
 def _free(path: Path) -> int:

@@ -5,26 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from tests.conftest import spawn
+from tests.conftest import spawn, tmpfs
 from tests.faults.ledger import require, settle
 from tests.faults.node import ROOT, Node, finish
-
-
-@contextmanager
-def tmpfs(path: Path, size: str) -> Iterator[Path]:
-    """A real file system of ``size`` at ``path`` (a failed mount fails the scenario)."""
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)], check=True
-    )
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 def test_spool_file_system_fills_up(tmp_path: Path) -> None:

@@ -20,6 +20,20 @@ from nvrx_otel.aggregator.service import Aggregator, AggregatorConfig
 from nvrx_otel.spool.paths import SpoolFileName
 
 NODE = "testnode"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def process_env(tmp: Path, node: str, **extra: str) -> dict[str, str]:
+    """The environment of a rank or aggregator process a test starts: this machine's
+    without OTEL_/RANK/NVRX_ variables, the spool under ``tmp``, node id ``node``, this
+    checkout importable, then ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK", "NVRX_"))}
+    env.update(NVRX_NODE_LOCAL_TMPDIR=str(tmp / "spool"), NVRX_OTEL_NODE_ID=node)
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra)
+    return env
+
+
 LINE = re.compile(
     r"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \[(?P<lvl>[A-Z]+)\] \[(?P<node>[^\]]+)\] "
     r"\[workload:(?P<r>\d+|\?)\((?P<lr>\d+|\?)\) infra:(?P<ir>\d+|\?)\((?P<ilr>\d+|\?)\)\] "

@@ -9,11 +9,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from google.protobuf.json_format import ParseDict
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -21,25 +19,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from nvrx_otel import record as rec
 from nvrx_otel import semconv
 from nvrx_otel.aggregator.otlp_encode import encode_logs, encode_spans
+from tests.aggregator.spoolkit import process_env
 from tests.conftest import spawn
 from tests.otlp_receiver import OtlpReceiver, any_value
 
 RANK_SCRIPT = Path(__file__).with_name("otlp_rank.py")
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def receiver() -> Iterator[OtlpReceiver]:
-    with OtlpReceiver() as r:
-        yield r
 
 
 def _env(tmp: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK", "NVRX_"))}
-    env.update(NVRX_NODE_LOCAL_TMPDIR=str(tmp / "spool"), NVRX_OTEL_NODE_ID="node-a")
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra)
-    return env
+    return process_env(tmp, "node-a", **extra)
 
 
 def _aggregator(tmp: Path, *args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -11,12 +11,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 
 from nvrx_otel import record as rec
 from nvrx_otel import semconv
@@ -26,6 +24,7 @@ from tests.aggregator.spoolkit import (
     finish,
     log_path,
     messages,
+    process_env,
     spool_dir,
     started,
     wait_for,
@@ -33,7 +32,6 @@ from tests.aggregator.spoolkit import (
 from tests.conftest import spawn
 from tests.otlp_receiver import OtlpReceiver
 
-ROOT = Path(__file__).resolve().parents[2]
 RANK = (
     "import sys\n"
     "from nvrx_otel.logging import setup_logger\n"
@@ -43,18 +41,8 @@ RANK = (
 )
 
 
-@pytest.fixture
-def receiver() -> Iterator[OtlpReceiver]:
-    with OtlpReceiver() as r:
-        yield r
-
-
 def _env(tmp: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK", "NVRX_"))}
-    env.update(NVRX_NODE_LOCAL_TMPDIR=str(tmp / "spool"), NVRX_OTEL_NODE_ID="n1")
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra)
-    return env
+    return process_env(tmp, "n1", **extra)
 
 
 def _aggregator(tmp: Path, receiver: OtlpReceiver, *args: str, env: dict[str, str]) -> Any:

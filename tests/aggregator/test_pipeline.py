@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.aggregator.spoolkit import process_env
 from tests.conftest import spawn
 from tests.otlp_receiver import OtlpReceiver
 
-ROOT = Path(__file__).resolve().parents[2]
 RANK = (
     "import os, sys\n"
     "from nvrx_otel.logging import setup_logger\n"
@@ -23,11 +22,7 @@ LINE = re.compile(r" (?P<who>\w+) record (?P<i>\d+)$")
 
 
 def _env(tmp: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK", "NVRX_"))}
-    env.update(NVRX_NODE_LOCAL_TMPDIR=str(tmp / "spool"), NVRX_OTEL_NODE_ID="n0")
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra)
-    return env
+    return process_env(tmp, "n0", **extra)
 
 
 def _run_ranks(tmp: Path, names: list[tuple[int, str]], n: int, **extra: str) -> None:

@@ -27,19 +27,25 @@ with open(sys.argv[1], "w") as out:
 """
 
 
-def test_loguru_console_on_a_broken_pipe_never_raises(tmp_path: Path) -> None:
-    """configure_logging's console sink writes to stderr, a pipe whose reader is gone: the
-    loguru log calls return normally (the console line is lost, the record is spooled)."""
+def _on_a_broken_pipe(tmp: Path, script: str, env: dict[str, str], *args: str) -> str:
+    """Run a rank ``script`` whose stdout and stderr are a pipe nobody reads (every write
+    fails with EPIPE); what its log calls raised, as the rank wrote it down."""
     r, broken = os.pipe()
-    os.close(r)  # every write to the pipe fails with EPIPE
-    result = tmp_path / "raised.txt"
-    env = dict(os.environ, NVRX_NODE_LOCAL_TMPDIR=str(tmp_path / "spool"), PYTHONPATH=str(ROOT))
-    argv = [sys.executable, "-c", BROKEN_CONSOLE_RANK, str(result), str(tmp_path / "run")]
-    rank = spawn(argv, env=env, cwd=tmp_path, stdout=broken, stderr=broken)
+    os.close(r)
+    result = tmp / "raised.txt"
+    argv = [sys.executable, "-c", script, str(result), *args]
+    rank = spawn(argv, env=env, cwd=tmp, stdout=broken, stderr=broken)
     os.close(broken)
     rank.wait(timeout=60)
     assert result.exists(), f"the rank died before its report (exit {rank.returncode})"
-    raised = result.read_text()
+    return result.read_text()
+
+
+def test_loguru_console_on_a_broken_pipe_never_raises(tmp_path: Path) -> None:
+    """configure_logging's console sink writes to stderr, a pipe whose reader is gone: the
+    loguru log calls return normally (the console line is lost, the record is spooled)."""
+    env = dict(os.environ, NVRX_NODE_LOCAL_TMPDIR=str(tmp_path / "spool"), PYTHONPATH=str(ROOT))
+    raised = _on_a_broken_pipe(tmp_path, BROKEN_CONSOLE_RANK, env, str(tmp_path / "run"))
     assert not raised, f"log calls raised into the caller: {raised}"
     spooled = [r["msg"] for r in log_records(tmp_path / "spool")]
     assert sum("to a console nobody reads" in m for m in spooled) == 10, spooled
@@ -64,15 +70,7 @@ with open(sys.argv[1], "w") as out:
 def test_stdlib_console_on_a_broken_pipe_never_raises(tmp_path: Path) -> None:
     """setup_logger without a spool logs to stderr through a stream handler; stderr is a
     pipe whose reader is gone: the log calls return normally."""
-    r, broken = os.pipe()
-    os.close(r)
-    result = tmp_path / "raised.txt"
     env = {k: v for k, v in os.environ.items() if k != "NVRX_NODE_LOCAL_TMPDIR"}
     env["PYTHONPATH"] = str(ROOT)
-    argv = [sys.executable, "-c", STDLIB_CONSOLE_RANK, str(result)]
-    rank = spawn(argv, env=env, cwd=tmp_path, stdout=broken, stderr=broken)
-    os.close(broken)
-    rank.wait(timeout=60)
-    assert result.exists(), f"the rank died before its report (exit {rank.returncode})"
-    raised = result.read_text()
+    raised = _on_a_broken_pipe(tmp_path, STDLIB_CONSOLE_RANK, env)
     assert not raised, f"log calls raised into the caller: {raised}"

@@ -50,6 +50,11 @@ _T_RES_ATTR: Final = 0x0A  # Resource.attributes
 _T_REQ: Final = 0x0A  # ExportLogsServiceRequest.resource_logs
 
 _SMALL: Final = [bytes((n,)) for n in range(128)]
+_TRUE: Final = bytes((_T_ANY_BOOL, 1))
+_FALSE: Final = bytes((_T_ANY_BOOL, 0))
+_TRACE_ID: Final = bytes((_T_LR_TRACE, 16))  # tag and length of the 16-byte trace id
+_SPAN_ID: Final = bytes((_T_LR_SPAN, 8))
+_FLAGS: Final = bytes((_T_LR_FLAGS,))
 
 
 def varint(n: int) -> bytes:
@@ -76,7 +81,7 @@ def any_value(value: Any) -> bytes:
     if isinstance(value, str):
         return field(_T_ANY_STRING, value.encode("utf-8", "replace"))
     if isinstance(value, bool):
-        return b"\x10\x01" if value else b"\x10\x00"
+        return _TRUE if value else _FALSE
     if isinstance(value, int):
         if -(2**63) <= value < 2**63:
             return _SMALL[_T_ANY_INT] + varint(value)
@@ -153,6 +158,7 @@ class LogsEncoder:
         k = len(key)
         if m < 126 and k < 124:
             # body: AnyValue{string_value}; the key: KeyValue{key, AnyValue{string_value}}
+            # literals, the hot path: _T_LR_BODY, _T_ANY_STRING; _T_KV_VALUE, _T_ANY_STRING
             body = b"\x2a" + _SMALL[m + 2] + b"\x0a" + _SMALL[m] + msg
             kv = b"\x12" + _SMALL[k + 2] + b"\x0a" + _SMALL[k] + key
         else:
@@ -176,8 +182,8 @@ class LogsEncoder:
             parts.append(attributes(_T_LR_ATTR, extra))
         trace_id = get("trace_id")
         if trace_id:
-            parts.append(b"\x4a\x10" + _fromhex(trace_id) + b"\x52\x08" + _fromhex(r["span_id"]))
-            parts.append(b"\x45" + _fixed32(get("tf", 0) & 0xFF))
+            parts.append(_TRACE_ID + _fromhex(trace_id) + _SPAN_ID + _fromhex(r["span_id"]))
+            parts.append(_FLAGS + _fixed32(get("tf", 0) & 0xFF))
         return field(_T_ITEMS, b"".join(parts))
 
     def request(self, batch: Batch, observed_ns: int) -> bytes:

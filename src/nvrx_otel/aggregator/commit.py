@@ -27,8 +27,8 @@ from nvrx_otel.spool.paths import SpoolPathError, check_dir
 
 if TYPE_CHECKING:
     from nvrx_otel.aggregator.config import AggregatorConfig
-    from nvrx_otel.aggregator.otlp_export import OtlpExport
     from nvrx_otel.aggregator.otlp_files import FileView
+    from nvrx_otel.aggregator.sinks import Sink
 
 
 class Progress:
@@ -43,7 +43,7 @@ class Progress:
     _log: NodeLogFile
     _out: Output
     _spool: SpoolDir
-    _sinks: dict[str, OtlpExport]
+    _sinks: dict[str, Sink]
     _ledgers: DropLedgers
     _lock: JobLock
     _merge: ChronoMerge | None

@@ -20,7 +20,7 @@ from nvrx_otel.identity import get_identity
 
 if TYPE_CHECKING:
     from nvrx_otel.aggregator.config import AggregatorConfig
-    from nvrx_otel.aggregator.otlp_export import OtlpExport
+    from nvrx_otel.aggregator.sinks import Sink
 
 Reading = Callable[[], dict[str, float]]
 """Returns the current values: records, dropped, corrupt, backlog, lag, rate, exported."""
@@ -129,7 +129,7 @@ def _exporter(config: OtlpConfig) -> Any:
 
 
 def start_health_metrics(
-    config: AggregatorConfig, health: Health, otlp: OtlpExport, backlog: Callable[[], int]
+    config: AggregatorConfig, health: Health, otlp: Sink, backlog: Callable[[], int]
 ) -> HealthMetrics | None:
     """The aggregator's health metrics over its OTLP endpoint (None when they cannot be:
     they are a bonus, records matter)."""

@@ -46,8 +46,8 @@ from nvrx_otel.identity import get_identity
 from nvrx_otel.spool.paths import SpoolPathError, job_dir, safe_component
 
 if TYPE_CHECKING:
-    from nvrx_otel.aggregator.otlp_export import OtlpExport
     from nvrx_otel.aggregator.otlp_metrics import HealthMetrics
+    from nvrx_otel.aggregator.sinks import Sink
 
 __all__ = ["Aggregator", "AggregatorConfig", "AggregatorError", "RecordSink"]
 
@@ -190,7 +190,7 @@ class Aggregator(Progress):
             self._close()
 
     @property
-    def _otlp(self) -> OtlpExport | None:
+    def _otlp(self) -> Sink | None:
         """The OTLP endpoint's sink, else the OTLP/JSON one (None when OTLP is off)."""
         return self._sinks.get("otlp") or self._sinks.get("otlp_json")
 

@@ -20,7 +20,6 @@ from nvrx_otel.aggregator.reader import Chunk
 from nvrx_otel.aggregator.state import OtlpProgress
 
 if TYPE_CHECKING:
-    from nvrx_otel.aggregator.otlp_export import OtlpExport
     from nvrx_otel.aggregator.otlp_files import FileView
 
 
@@ -28,6 +27,12 @@ class Sink(Protocol):
     """A destination of the records the loop reads (besides the node log)."""
 
     dirty: bool  # progress to commit
+    exported: dict[str, int]  # delivered: "logs", "spans", "truncated" (health metrics)
+
+    @property
+    def dropped(self) -> int:
+        """Records the sink lost for good (refused, given way), for health metrics."""
+        ...
 
     def take(self, chunk: Chunk, start: int) -> None:
         """A batch read from ``chunk.file`` at offset ``start`` (loss reports included)."""
@@ -72,7 +77,7 @@ class Sink(Protocol):
     def summary(self) -> str: ...
 
 
-def build_sinks(config: Any, node_id: str) -> dict[str, OtlpExport]:
+def build_sinks(config: Any, node_id: str) -> dict[str, Sink]:
     """The sinks a config asks for, by their name in the state: ``otlp`` (``otlp_endpoint``
     or the ``OTEL_EXPORTER_OTLP_*`` variables) and ``otlp_json`` (``otlp_json``), each with
     its own cursors, so files keep flowing while an endpoint is down. Empty (nothing of
@@ -89,7 +94,7 @@ def build_sinks(config: Any, node_id: str) -> dict[str, OtlpExport]:
     from nvrx_otel.aggregator.otlp_transport import Transport, resolve
     from nvrx_otel.spool.paths import safe_component
 
-    sinks: dict[str, OtlpExport] = {}
+    sinks: dict[str, Sink] = {}
     if on:
         logs = Transport("logs", resolve("logs", base_endpoint=endpoint))
         traces = Transport("traces", resolve("traces", base_endpoint=endpoint))

@@ -15,14 +15,12 @@ from typing import Any, Final
 from nvrx_otel import record as rec
 from nvrx_otel import semconv
 from nvrx_otel.aggregator.nodelog import local_time
-from nvrx_otel.identity import RECORD_KEYS, record_fields_from_resource, record_fields_of
+from nvrx_otel.identity import record_fields_from_resource, record_fields_of
 
 LOGGER: Final = "nvrx_otel.aggregator"
 """``lg`` of every synthetic record."""
 FILE: Final = "nvrx_aggregator"
 """``file`` of every synthetic record (``line`` is 0): the node log shows it as the call site."""
-
-IDENTITY_KEYS: Final = RECORD_KEYS
 
 
 def identity_of(source: dict[str, Any]) -> dict[str, Any]:

@@ -19,14 +19,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 import orjson
 
 from nvrx_otel.aggregator.otlp_transport import Result
-
-if TYPE_CHECKING:
-    from nvrx_otel.aggregator.otlp_wire import LogsEncoder
+from nvrx_otel.aggregator.otlp_wire import LogsEncoder
 
 BACKOFF_START_S: Final = 0.5
 BACKOFF_MAX_S: Final = 30.0
@@ -144,7 +142,7 @@ class Delivery:
         self._said: set[str] = set()
         self._deadline = float("inf")
         self._interrupt = threading.Event()
-        self._logs: LogsEncoder | None = None
+        self._logs = LogsEncoder()  # its caches live as long as the sink
 
     def drain_by(self, deadline: float) -> None:
         """The aggregator drains until ``deadline`` (monotonic): retry now, wait no longer."""
@@ -169,10 +167,6 @@ class Delivery:
         report); None when the sink must stop first (the logs then go again with the
         spans: duplicates, never losses)."""
         from nvrx_otel.aggregator.otlp_encode import encode_spans
-        from nvrx_otel.aggregator.otlp_wire import LogsEncoder
-
-        if self._logs is None:
-            self._logs = LogsEncoder()
 
         log_batch = [(resources.get(w, {}), rs) for w, rs in logs.items() if rs]
         span_batch = [(resources.get(w, {}), rs) for w, rs in spans.items() if rs]

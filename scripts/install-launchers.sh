@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the real launchers the launcher tests run (Debian packages): Slurm with munge,
+# Open MPI and MPICH. Does nothing for a package already installed. Needs root and apt-get;
+# without them it prints one line and the launcher tests fail with what is missing.
+set -euo pipefail
+
+declare -A wanted=(
+  [slurmctld]=slurm-wlm [slurmd]=slurm-wlm [srun]=slurm-client [munged]=munge
+  [mpirun.openmpi]=openmpi-bin [mpiexec.mpich]=mpich
+)
+missing=()
+for cmd in "${!wanted[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("${wanted[$cmd]}")
+done
+((${#missing[@]})) || exit 0
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+
+if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-launchers: needs root and apt-get to install ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+install() { apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; }
+install || { apt-get update -q >/dev/null && install; }
+echo "install-launchers: installed ${missing[*]}" >&2

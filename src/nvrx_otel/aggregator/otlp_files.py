@@ -131,6 +131,7 @@ def died_in_spans(
         if not s.open_spans:
             continue
         mine = [v for v in views if v.writer == writer]
-        if all(v.gone and v.final and offset(v) >= v.size for v in mine):
+        # no view of the writer yet: its batches came from the loop before its files did
+        if mine and all(v.gone and v.final and offset(v) >= v.size for v in mine):
             out.append((writer, s.resource, list(s.open_spans.values())))
     return out

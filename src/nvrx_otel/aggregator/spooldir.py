@@ -36,7 +36,7 @@ from typing import Final
 from nvrx_otel.aggregator.health import say
 from nvrx_otel.aggregator.reader import SpoolFile, header_crc, read_header, writer_gone
 from nvrx_otel.aggregator.state import FileProgress
-from nvrx_otel.spool.paths import parse_name
+from nvrx_otel.spool.paths import SpoolFileName, parse_name
 
 MAX_OPEN: Final = 512
 """At most this many spool files are open at once (fewer when RLIMIT_NOFILE is low)."""
@@ -254,6 +254,8 @@ class SpoolDir:
             files = self._groups.get(writer) or []
             newest = next((f for f in reversed(files) if not f.vanished), None)
             gone = True if newest is None else self._probe(newest)
+            if gone and newest is not None:
+                gone = not self._moved_on(newest)
             if gone:  # a writer whose files all vanished may still write to the newest inode
                 gone = all(writer_gone(f) for f in files if f.vanished and f.fd >= 0)
             self._gone[writer] = gone
@@ -273,6 +275,13 @@ class SpoolDir:
         f.seen_gone = writer_gone(f)
         self.park(f)
         return f.seen_gone
+
+    def _moved_on(self, f: SpoolFile) -> bool:
+        """Whether the writer of ``f`` (found unlocked) has named its next file since the
+        directory was scanned: a writer names and locks its next file before it unlocks the
+        one before, so that file exists by now, and the writer lives on in it."""
+        nxt = SpoolFileName(f.parts.writer, f.parts.index + 1, f.parts.pid, f.parts.proc)
+        return os.path.lexists(self.path / nxt.name)
 
     def is_newest(self, f: SpoolFile) -> bool:
         files = self._groups.get(f.writer) or []

@@ -1,0 +1,57 @@
+"""A task of the Slurm recipe's workload: ``python slurm_rank.py OUT MODE [COUNT]``.
+
+It writes what Slurm exported to it (``OUT/env-<SLURM_JOB_ID>-<SLURM_PROCID>.json``), then:
+
+  normal COUNT   logs ``t<procid>-<i>`` for i < COUNT inside a span, then exits 0.
+  fail CODE      exits with CODE at once, logging nothing.
+  until_term     logs ``t<procid>-<i>`` until SIGTERM, then writes how many it logged to
+                 ``OUT/count-<job>-<procid>`` and exits 143, as an unhandled SIGTERM would.
+
+It also writes ``OUT/end-<job>-<procid>`` (the wall-clock end, in seconds) as it leaves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    out, mode = Path(sys.argv[1]), sys.argv[2]
+    job, procid = os.environ["SLURM_JOB_ID"], os.environ["SLURM_PROCID"]
+    tag = f"{job}-{procid}"
+    seen = {k: v for k, v in os.environ.items() if k.startswith(("SLURM", "PMI", "NVRX"))}
+    (out / f"env-{tag}.json").write_text(json.dumps(seen))
+    if mode == "fail":
+        return int(sys.argv[3])
+
+    from opentelemetry import trace
+
+    from nvrx_otel.logging import setup_logger
+    from nvrx_otel.tracing import setup_tracing
+
+    log = setup_logger()
+    setup_tracing()
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    count = int(sys.argv[3]) if mode == "normal" else sys.maxsize
+    logged = 0
+    with trace.get_tracer("slurm_rank").start_as_current_span("work"):
+        while logged < count and not stop:
+            log.info("t%s-%d", procid, logged)
+            logged += 1
+            if mode == "until_term" and logged % 200 == 0:
+                time.sleep(0.01)
+    (out / f"end-{tag}").write_text(repr(time.time()))
+    if mode == "until_term":
+        (out / f"count-{tag}").write_text(str(logged))
+        return 143
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

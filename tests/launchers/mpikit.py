@@ -191,3 +191,34 @@ def unique_logs(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def resource_identity(resource: dict[str, Any]) -> dict[str, int | None]:
     return {key: resource.get(attr) for key, attr in RESOURCE_KEYS.items()}
+
+
+def identities(launcher: Launcher, out: Path, output: str) -> dict[int, dict[str, int | None]]:
+    """pid -> the identity each of the 4 ranks must have, from the variables it saw;
+    checks the launcher exported what the README says it does (``output``: the
+    launcher's, for the failure message)."""
+    seen = seen_envs(out)
+    assert len(seen) == 4, output
+    for env in seen.values():
+        for name in launcher.absent:
+            assert name not in env, f"{launcher.command} exported {name}"
+        for a, b in launcher.same:
+            assert env[a] == env[b], (a, b, env)
+    return {pid: expected_identity(launcher, env) for pid, env in seen.items()}
+
+
+def check_node_log(
+    path: Path, want: dict[int, dict[str, int | None]], records: int
+) -> dict[int, list[dict[str, Any]]]:
+    """Every rank process of ``want`` has its ``records`` records in the node log, each
+    once and in order, and its checkpoint record, all with its ranks; returns its lines."""
+    lines = node_log_by_pid(path)
+    assert set(lines) == set(want)
+    for pid, got in lines.items():
+        assert record_numbers(got) == list(range(records)), pid
+        assert any(x["msg"].startswith("mpi checkpoint") for x in got)
+        ident = want[pid]
+        assert {(x["r"], x["lr"], x["ir"], x["ilr"]) for x in got} == {
+            (rank_text(ident["rank"]), rank_text(ident["lrank"]), "?", "?")
+        }
+    return lines

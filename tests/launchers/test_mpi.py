@@ -24,12 +24,9 @@ from tests.launchers.mpikit import (
     OPENMPI,
     Job,
     Launcher,
-    expected_identity,
-    node_log_by_pid,
-    rank_text,
-    record_numbers,
+    check_node_log,
+    identities,
     resource_identity,
-    seen_envs,
     unique_logs,
 )
 from tests.otlp_receiver import OtlpReceiver
@@ -47,32 +44,6 @@ def _by_pid(items: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     for item in items:
         out[item["resource"][semconv.PROCESS_PID]].append(item)
     return dict(out)
-
-
-def _identities(job: Job) -> dict[int, dict[str, int | None]]:
-    """pid -> the identity each rank must have, from the variables it saw; checks the
-    launcher exported what the README says it does."""
-    seen = seen_envs(job.out)
-    assert len(seen) == 4, job.output
-    for env in seen.values():
-        for name in job.launcher.absent:
-            assert name not in env, f"{job.launcher.command} exported {name}"
-        for a, b in job.launcher.same:
-            assert env[a] == env[b], (a, b, env)
-    return {pid: expected_identity(job.launcher, env) for pid, env in seen.items()}
-
-
-def _check_node_log(job: Job, want: dict[int, dict[str, int | None]]) -> dict[int, list[Any]]:
-    lines = node_log_by_pid(job.node_log())
-    assert set(lines) == set(want)
-    for pid, got in lines.items():
-        assert record_numbers(got) == list(range(RECORDS)), pid  # each once, in order
-        assert any(x["msg"].startswith("mpi checkpoint") for x in got)
-        ident = want[pid]
-        assert {(x["r"], x["lr"], x["ir"], x["ilr"]) for x in got} == {
-            (rank_text(ident["rank"]), rank_text(ident["lrank"]), "?", "?")
-        }
-    return lines
 
 
 @pytest.mark.parametrize(
@@ -96,13 +67,13 @@ def test_every_record_with_the_launchers_identity_in_node_log_and_otlp(
         agg = job.start_aggregator("--otlp-endpoint", receiver.endpoint)
         assert job.launch() == 0, job.output
         job.stop_aggregator(agg)
-        want = _identities(job)
+        want = identities(job.launcher, job.out, job.output)
         assert _sorted(w["rank"] for w in want.values()) == RANKS
         assert _sorted(w["lrank"] for w in want.values()) == local_ranks
         assert {w["world_size"] for w in want.values()} == {world_size}
         assert {w["local_world_size"] for w in want.values()} == {local_world_size}
 
-        _check_node_log(job, want)
+        check_node_log(job.node_log(), want, RECORDS)
 
         total = 4 * (RECORDS + 1)
         assert receiver.wait_for(lambda r: len(unique_logs(r.logs)) >= total, 120)
@@ -133,8 +104,8 @@ def test_a_failing_rank_keeps_every_record_and_the_launcher_fails(
         agg = job.start_aggregator("--otlp-endpoint", receiver.endpoint)
         assert job.launch("1", mode) == FAIL_CODE, job.output
         job.stop_aggregator(agg)
-        want = _identities(job)
-        lines = _check_node_log(job, want)
+        want = identities(job.launcher, job.out, job.output)
+        lines = check_node_log(job.node_log(), want, RECORDS)
         (failed,) = [pid for pid, ident in want.items() if ident["rank"] == 1]
         assert lines[failed][-1]["msg"] == f"failing now of pid {failed}"
         assert lines[failed][-1]["lvl"] == "ERROR"

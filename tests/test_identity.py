@@ -67,13 +67,19 @@ CASES: list[tuple[str, dict[str, str], dict[str, Any]]] = [
         _expect(workload_rank=3, workload_local_rank=1, world_size=4, local_world_size=2),
     ),
     (
+        "mpich / hydra, PMI over a port (mpiexec -pmi-port): PMI_ID, no size",
+        {"PMI_ID": "3", "PMI_PORT": "vm:40601", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"},
+        _expect(workload_rank=3, workload_local_rank=1, local_world_size=2),
+    ),
+    (
         "pmix: only the rank is in the environment",
         {"PMIX_RANK": "11", "PMIX_NAMESPACE": "slurm.pmix.77.0"},
         _expect(workload_rank=11),
     ),
     (
         "RANK wins over the MPI variables",
-        {"RANK": "1", "OMPI_COMM_WORLD_RANK": "2", "PMIX_RANK": "3", "PMI_RANK": "4"},
+        {"RANK": "1", "OMPI_COMM_WORLD_RANK": "2", "PMIX_RANK": "3", "PMI_RANK": "4",
+         "PMI_ID": "5"},
         _expect(workload_rank=1),
     ),
     (

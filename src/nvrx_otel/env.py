@@ -480,6 +480,15 @@ PMIX_NAMESPACE: Final = "PMIX_NAMESPACE"
 Setting(PMIX_NAMESPACE, parse_text, None, """PMIx namespace of the job (informational).""")
 PMI_RANK: Final = "PMI_RANK"
 Setting(PMI_RANK, parse_nonneg_int, None, """MPICH/Hydra (PMI-1/2) rank.""")
+PMI_ID: Final = "PMI_ID"
+Setting(
+    PMI_ID,
+    parse_nonneg_int,
+    None,
+    """MPICH/Hydra rank when the ranks reach PMI over a port (``mpiexec -pmi-port``): Hydra
+then exports ``PMI_ID`` and ``PMI_PORT`` instead of ``PMI_RANK``, ``PMI_SIZE`` and
+``PMI_FD``, so the world size stays unknown.""",
+)
 PMI_SIZE: Final = "PMI_SIZE"
 Setting(PMI_SIZE, parse_nonneg_int, None, """MPICH/Hydra (PMI-1/2) number of processes.""")
 MPI_LOCALRANKID: Final = "MPI_LOCALRANKID"

@@ -2,7 +2,8 @@
 
 Precedence (first variable present wins):
 
-- workload rank: RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK
+- workload rank: RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, PMI_ID (MPICH's
+  ``mpiexec -pmi-port``)
 - workload local rank: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID
 - world size: WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE
 - local world size: LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS
@@ -192,7 +193,9 @@ def resolve(
         job_id = _text(e, env.SLURM_JOB_ID, strict) or _text(e, env.TORCHELASTIC_RUN_ID, strict)
     ident = Identity(
         workload_rank=_first_int(
-            e, (env.RANK, env.OMPI_COMM_WORLD_RANK, env.PMIX_RANK, env.PMI_RANK), strict
+            e,
+            (env.RANK, env.OMPI_COMM_WORLD_RANK, env.PMIX_RANK, env.PMI_RANK, env.PMI_ID),
+            strict,
         ),
         workload_local_rank=_first_int(
             e, (env.LOCAL_RANK, env.OMPI_COMM_WORLD_LOCAL_RANK, env.MPI_LOCALRANKID), strict

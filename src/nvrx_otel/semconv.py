@@ -90,10 +90,10 @@ WORKLOAD_LOCAL_RANK: Final = "nv.nvrx.workload.local_rank"
 """Rank of the process among the workload processes on its node (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID)."""
 
 WORKLOAD_LOCAL_WORLD_SIZE: Final = "nv.nvrx.workload.local_world_size"
-"""Number of workload processes on this node (LOCAL_WORLD_SIZE from torchrun)."""
+"""Number of workload processes on this node (LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS)."""
 
 WORKLOAD_RANK: Final = "nv.nvrx.workload.rank"
-"""Global rank of the process in the workload (RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK)."""
+"""Global rank of the process in the workload (RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, PMI_ID)."""
 
 WORKLOAD_WORLD_SIZE: Final = "nv.nvrx.workload.world_size"
 """Number of workload processes in the job (WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE)."""

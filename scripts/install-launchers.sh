@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs the real launchers the launcher tests run (Debian packages): Slurm with munge,
-# Open MPI and MPICH. Does nothing for a package already installed. Needs root and apt-get;
-# without them it prints one line and the launcher tests fail with what is missing.
+# Open MPI and MPICH, and iproute2 for the test cluster's network namespace. Does nothing
+# for a package already installed. Needs root and apt-get; without them it prints one
+# line and the launcher tests fail with what is missing.
 set -euo pipefail
 
 declare -A wanted=(
   [slurmctld]=slurm-wlm [slurmd]=slurm-wlm [srun]=slurm-client [munged]=munge
-  [mpirun.openmpi]=openmpi-bin [mpiexec.mpich]=mpich
+  [mpirun.openmpi]=openmpi-bin [mpiexec.mpich]=mpich [ip]=iproute2 [nsenter]=util-linux
 )
 missing=()
 for cmd in "${!wanted[@]}"; do

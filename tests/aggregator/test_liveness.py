@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from nvrx_otel import record as rec
-from nvrx_otel.aggregator.otlp_files import died_in_spans
+from nvrx_otel.aggregator.otlp_files import died_in_spans, new_cursor
 from nvrx_otel.aggregator.spooldir import SpoolDir
 from nvrx_otel.aggregator.state import WriterState
+from nvrx_otel.spool.paths import SpoolFileName
 from nvrx_otel.spool.writer import SpoolWriter
 
 
@@ -38,6 +39,16 @@ def test_writer_that_rotated_after_the_scan_is_not_taken_for_gone(tmp_path: Path
 
 def test_span_of_a_writer_the_sink_has_no_file_view_of_yet_is_not_truncated() -> None:
     """The loop hands a batch (with a span start) to the OTLP sink before its next commit
-    shows the sink the file: the writer is not known gone, so the span is not cut."""
+    shows the sink the file: the sink has a cursor there, and the span is not cut."""
+    name = SpoolFileName("w1", 0, 4242, "proc")
     state = WriterState(open_spans={"00f067aa0ba902b7": {"k": "span_start", "ts": 1}})
-    assert died_in_spans([], {"w1": state}, lambda v: 0) == []
+    cursors = {name.name: new_cursor(name.name, name, 7)}
+    assert died_in_spans([], {"w1": state}, lambda v: 0, cursors) == []
+
+
+def test_span_of_a_writer_whose_files_are_all_consumed_and_deleted_is_truncated() -> None:
+    """A rank killed inside a span: once its files are exported and deleted the sink has
+    neither a view nor a cursor of them, and the span is exported ended, truncated."""
+    state = WriterState(open_spans={"00f067aa0ba902b7": {"k": "span_start", "ts": 1}})
+    (died,) = died_in_spans([], {"w1": state}, lambda v: 0, {})
+    assert died[0] == "w1" and died[2] == [{"k": "span_start", "ts": 1}]

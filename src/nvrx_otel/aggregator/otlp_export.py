@@ -165,7 +165,7 @@ class OtlpExport:
             return (
                 not self._queue
                 and all(self._offset(v) >= v.committed for v in self.views)
-                and not died_in_spans(self.views, self.writers, self._offset)
+                and not died_in_spans(self.views, self.writers, self._offset, self.cursors)
                 and not any(w.pending_reports for w in self.writers.values())
             )
 
@@ -321,7 +321,9 @@ class OtlpExport:
                 count += b.count
                 size += b.end - b.start
             whole = len(batches) == len(self._queue)
-            truncated = died_in_spans(views, self.writers, self._offset) if whole else []
+            truncated = (
+                died_in_spans(views, self.writers, self._offset, self.cursors) if whole else []
+            )
             reported = {
                 w: list(s.pending_reports) for w, s in self.writers.items() if s.pending_reports
             }

@@ -9,7 +9,7 @@ what the exporter keeps per writer. OTLP cursors are the node log's reader curso
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -121,17 +121,23 @@ def open_view(cursor: SpoolFile, v: FileView) -> bool:
 
 
 def died_in_spans(
-    views: list[FileView], writers: dict[str, WriterState], offset: Callable[[FileView], int]
+    views: list[FileView],
+    writers: dict[str, WriterState],
+    offset: Callable[[FileView], int],
+    cursors: Mapping[str, SpoolFile],
 ) -> list[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
     """Per writer that is gone, whose files are all exported, and that still has open
     spans: the writer, its resource and those spans' ``span_start`` records (the caller
-    holds the exporter's lock; ``offset`` is the OTLP cursor of a file)."""
+    holds the exporter's lock; ``offset`` is the OTLP cursor of a file). A writer with a
+    cursor on a file the views do not show yet (the loop hands a batch over before its
+    next commit shows the file) is not judged; one with no file left at all is gone."""
+    shown = {v.name for v in views}
+    unshown = {c.writer for name, c in cursors.items() if name not in shown}
     out = []
     for writer, s in writers.items():
-        if not s.open_spans:
+        if not s.open_spans or writer in unshown:
             continue
         mine = [v for v in views if v.writer == writer]
-        # no view of the writer yet: its batches came from the loop before its files did
-        if mine and all(v.gone and v.final and offset(v) >= v.size for v in mine):
+        if all(v.gone and v.final and offset(v) >= v.size for v in mine):
             out.append((writer, s.resource, list(s.open_spans.values())))
     return out

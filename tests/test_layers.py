@@ -16,10 +16,23 @@ from pathlib import Path
 
 import pytest
 
-LOW = ("env", "identity", "levels", "proctime", "record", "recordschema", "spool", "nodeline")
+LOW = (
+    "env",
+    "envexternal",
+    "envparse",
+    "identity",
+    "levels",
+    "proctime",
+    "record",
+    "recordschema",
+    "spool",
+    "nodeline",
+)
 FRONT_ENDS = ("logging", "tracing")
 UPPER = {
     "nvrx_otel.env": ("logging", "tracing", "aggregator"),
+    "nvrx_otel.envexternal": ("logging", "tracing", "aggregator"),
+    "nvrx_otel.envparse": ("logging", "tracing", "aggregator"),
     "nvrx_otel.identity": ("logging", "tracing", "aggregator"),
     "nvrx_otel.levels": ("logging", "tracing", "aggregator"),
     "nvrx_otel.proctime": ("logging", "tracing", "aggregator"),

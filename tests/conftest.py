@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from nvrx_otel import env, identity
+from nvrx_otel import envparse, identity
 from nvrx_otel.logging import fastpath
 
 _LAUNCHER_PREFIXES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
@@ -28,7 +28,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         if name.startswith(_LAUNCHER_PREFIXES):
             monkeypatch.delenv(name)
     identity.clear_identity()
-    env._warned.clear()  # each test sees its own one-time warnings
+    envparse._warned.clear()  # each test sees its own one-time warnings
     yield
     identity.clear_identity()
     logger = logging.getLogger("nvrx")

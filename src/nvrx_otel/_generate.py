@@ -191,13 +191,46 @@ def render_markdown(reg: Registry) -> str:
     return "\n".join(lines)
 
 
+def default_text(setting: env.Setting[object, object]) -> str:
+    """A row's default as the docs show it."""
+    value = setting.default
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def settings_markdown() -> str:
+    """``docs/settings.md``: one table row per setting, from :data:`nvrx_otel.env.SETTINGS`."""
+    lines = [
+        "# Settings",
+        "",
+        "<!-- Generated from src/nvrx_otel/env.py by `python -m nvrx_otel._generate`;"
+        " do not edit. -->",
+        "",
+        "Every environment variable nvrx-otel reads. A malformed value never stops training:",
+        "the setup path prints one line naming the variable and the value and uses the",
+        "default; the CLIs (`--strict`) fail with the same message.",
+        "",
+        "| variable | value | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    for s in env.SETTINGS.values():
+        meaning = " ".join(s.meaning.split()).replace("``", "`").replace("|", "\\|")
+        lines.append(f"| `{s.name}` | {s.kind} | {default_text(s)} | {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
 def outputs(root: Path) -> dict[Path, str]:
     """What the registry under ``root/model`` generates, by destination path."""
     reg = load_registry(root / "model")
     return {
         root / "src" / "nvrx_otel" / "semconv.py": render_python(reg),
         root / "docs" / "semconv.md": render_markdown(reg),
-        root / "docs" / "settings.md": env.settings_markdown(),
+        root / "docs" / "settings.md": settings_markdown(),
     }
 
 

@@ -29,12 +29,14 @@ import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.util.types import AttributeValue
 
 from nvrx_otel import env, semconv
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
 
 _CONSEQUENCE = "treating it as unknown"
 
@@ -79,7 +81,12 @@ class Identity:
 
     def resource(self) -> Resource:
         """An OTel Resource: the SDK defaults, OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
-        merged as the SDK does, with the identity attributes taking precedence."""
+        merged as the SDK does, with the identity attributes taking precedence.
+
+        The SDK's resources module (and the ~15 modules it imports) is loaded here, by
+        tracing setup and the aggregator, not by a rank that only logs."""
+        from opentelemetry.sdk.resources import Resource
+
         return Resource.create(self.attributes())
 
 

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from nvrx_otel import record as rec
 from nvrx_otel.identity import set_identity
-from nvrx_otel.logging import fastpath, setup_logger
+from nvrx_otel.logging import fastpath, leanpath, setup_logger
 from nvrx_otel.logging.fastpath import FastLogger
 from tests.conftest import log_records
 from tests.logs.forked import check_child_writes_its_own_keys
@@ -90,7 +90,7 @@ def test_a_thread_started_after_another_ended_has_its_own_name(tmp_path: Path) -
 def test_call_sites_are_exact_for_many_and_short_lived_code(tmp_path: Path) -> None:
     log = setup_logger(node_local_tmp_dir=str(tmp_path))
     expected = []
-    for i in range(fastpath._MAX_SITES + 50):  # past the cache's bound: it starts over
+    for i in range(leanpath._MAX_SITES + 50):  # past the cache's bound: it starts over
         src = "\n" * (i % 7) + f"def f{i}(log):\n    log.warning('x')\n"
         namespace: dict[str, object] = {}
         exec(compile(src, f"<gen{i}>", "exec"), namespace)  # a new code object each time

@@ -153,7 +153,7 @@ class _Lines:
         self.templates: dict[tuple[str, int, str], bytes] = {}
         self.sites: dict[tuple[str, int, str, str], bytes] = {}
         self.threads: dict[tuple[Any, Any], bytes] = {}
-        self.last_ctx: tuple[object, bytes] = (_UNSET, b"")  # one tuple: see fastpath
+        self.last_ctx: tuple[object, bytes] = (_UNSET, b"")  # one tuple: see leanpath
         writer.watch_starts(self)
 
     def writer_started(self) -> None:

@@ -73,7 +73,7 @@ class Files:
     one rotation longer (another thread may still be inside a ``write`` to them), and the
     file being made (``making``).
 
-    The writer switches to a new file by plain assignments (see ``SpoolWriter._open_next``)
+    The writer switches to a new file by plain assignments (see ``WriterSlowPath._open_next``)
     and leaves ``old``, the descriptor it moved from, to :meth:`settle`: an exception that
     surfaces in between leaves it for the next call."""
 

@@ -1,0 +1,193 @@
+"""How a settings row is declared and read: the ``Setting`` type, its parsers, ``read``.
+
+The rows themselves are the settings table (``env.py``, with the variables other tools
+define in ``envexternal.py``); every row adds itself to :data:`SETTINGS` when it is made.
+A parser turns the text into a value or raises ``ValueError`` naming the variable and the
+value. :meth:`Setting.get` (or :func:`read`) applies one: in strict mode (CLIs, tests) the
+error propagates; on setup paths inside training it is printed once to stderr
+(:func:`warn_once`) and the default is used, so a malformed variable never stops a job.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar
+
+T = TypeVar("T")
+D = TypeVar("D")
+
+# --- parsers ---------------------------------------------------------------------------------
+
+_TRUE = frozenset({"1", "true", "yes", "on", "t", "y"})
+_FALSE = frozenset({"0", "false", "no", "off", "f", "n", ""})
+
+
+def parse_flag(name: str, value: str) -> bool:
+    """``1/true/yes/on`` → True, ``0/false/no/off`` (or empty) → False, case-insensitive."""
+    v = value.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise ValueError(f"{name}={value!r}: expected one of 1/true/yes/on or 0/false/no/off")
+
+
+def parse_nonneg_int(name: str, value: str) -> int:
+    """A whole number >= 0 (ranks, sizes, ids)."""
+    try:
+        n = int(value.strip(), 10)
+    except ValueError:
+        raise ValueError(f"{name}={value!r}: expected a whole number >= 0") from None
+    if n < 0:
+        raise ValueError(f"{name}={value!r}: expected a whole number >= 0")
+    return n
+
+
+def parse_positive_int(name: str, value: str) -> int:
+    """A whole number >= 1 (sizes, counts)."""
+    n = parse_nonneg_int(name, value)
+    if n < 1:
+        raise ValueError(f"{name}={value!r}: expected a whole number >= 1")
+    return n
+
+
+def parse_nonneg_float(name: str, value: str) -> float:
+    """A finite number >= 0 (seconds, megabytes)."""
+    try:
+        x = float(value.strip())
+    except ValueError:
+        raise ValueError(f"{name}={value!r}: expected a number >= 0") from None
+    if not (0 <= x < float("inf")):
+        raise ValueError(f"{name}={value!r}: expected a number >= 0")
+    return x
+
+
+def parse_path(name: str, value: str) -> str:
+    """A file-system path: non-empty, no NUL (surrounding blanks are dropped)."""
+    v = value.strip()
+    if not v or "\0" in v:
+        raise ValueError(f"{name}={value!r}: expected a path")
+    return v
+
+
+def parse_any(name: str, value: str) -> str:
+    """Any text, as is (the meaning of its content is checked where it is used)."""
+    return value
+
+
+def parse_text(name: str, value: str) -> str:
+    """Non-empty text without control characters (ids, names)."""
+    v = value.strip()
+    if not v or any(ord(c) < 32 or ord(c) == 127 for c in v):
+        raise ValueError(f"{name}={value!r}: expected non-empty text without control characters")
+    return v
+
+
+# --- the table ----------------------------------------------------------------------------
+
+_KINDS: Final[dict[Callable[[str, str], object], str]] = {
+    parse_flag: "flag",
+    parse_nonneg_int: "whole number >= 0",
+    parse_positive_int: "whole number >= 1",
+    parse_nonneg_float: "number >= 0",
+    parse_path: "path",
+    parse_text: "text",
+    parse_any: "text",
+}
+
+SETTINGS: Final[dict[str, Setting[object, object]]] = {}
+"""Every row, by variable name, in declaration order."""
+
+
+@dataclass(frozen=True)
+class Setting(Generic[T, D]):
+    """One environment variable: its name, parser, default (None: unset, or worked out as
+    the meaning says) and meaning. Creating a row adds it to :data:`SETTINGS`."""
+
+    name: str
+    parse: Callable[[str, str], T]
+    default: D
+    meaning: str
+
+    def __post_init__(self) -> None:
+        if self.name in SETTINGS:
+            raise ValueError(f"{self.name} is declared twice")
+        SETTINGS[self.name] = self  # type: ignore[assignment]
+
+    @property
+    def kind(self) -> str:
+        """What the value must be, in words (for the docs)."""
+        return _KINDS.get(self.parse, "text")
+
+    def get(
+        self,
+        environ: Mapping[str, str] | None = None,
+        *,
+        strict: bool = False,
+        consequence: str = "using the default",
+    ) -> T | D:
+        """The parsed value from ``environ`` (default ``os.environ``), see :func:`read`."""
+        return read(
+            self.name,
+            self.parse,
+            self.default,
+            environ=environ,
+            strict=strict,
+            consequence=consequence,
+        )
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+_warned: set[str] = set()
+_warn_lock = threading.Lock()
+
+
+def warn_once(message: str) -> None:
+    """Print ``message`` to stderr once per process (setup paths never raise into training)."""
+    with _warn_lock:
+        if message in _warned:
+            return
+        _warned.add(message)
+    try:
+        print(f"nvrx-otel: {message}", file=sys.stderr, flush=True)
+    except Exception:  # stderr closed or broken: nothing left to tell
+        pass
+
+
+def _reset_after_fork() -> None:
+    global _warn_lock
+    _warn_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def read(
+    name: str,
+    parse: Callable[[str, str], T],
+    default: D,
+    *,
+    environ: Mapping[str, str] | None = None,
+    strict: bool = False,
+    consequence: str = "using the default",
+) -> T | D:
+    """Parse ``name`` from ``environ`` (default ``os.environ``); unset or empty gives ``default``.
+
+    A malformed value raises ``ValueError`` in strict mode; otherwise one line naming the
+    variable, the value and ``consequence`` goes to stderr and ``default`` is returned.
+    """
+    raw = (os.environ if environ is None else environ).get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return parse(name, raw)
+    except ValueError as exc:
+        if strict:
+            raise
+        warn_once(f"{exc}; {consequence}")
+        return default

@@ -105,19 +105,26 @@ def test_live_writer_file_of_another_user_is_not_waited_for(tmp_path: Path) -> N
 def silent_endpoint() -> Iterator[tuple[str, list[socket.socket]]]:
     """An HTTP endpoint that accepts connections and never answers (and the connections)."""
     srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(0.05)
     conns: list[socket.socket] = []
+    stop = threading.Event()
 
     def accept() -> None:
-        while True:
+        while not stop.is_set():
             try:
                 conns.append(srv.accept()[0])
+            except TimeoutError:
+                continue
             except OSError:
                 return
 
-    threading.Thread(target=accept, daemon=True).start()
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
     try:
         yield f"http://127.0.0.1:{srv.getsockname()[1]}", conns
     finally:
+        stop.set()
+        acceptor.join(timeout=30)  # no connection accepted after the ones closed below
         srv.close()
         for c in conns:
             c.close()

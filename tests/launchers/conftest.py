@@ -1,5 +1,5 @@
 """Real launchers (Slurm, Open MPI, MPICH), installed from Debian packages by
-``scripts/install-launchers.sh`` (``scripts/test`` runs it). A launcher that is missing
+``scripts/install-test-packages.sh`` (``scripts/test`` runs it). A launcher that is missing
 fails its tests with the command's name: it is never skipped."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ def need(command: str) -> str:
     """The path of ``command``; fails the test when it is not installed."""
     path = shutil.which(command)
     if path is None:
-        pytest.fail(f"{command} is not installed: run scripts/install-launchers.sh (as root)")
+        pytest.fail(f"{command} is not installed: run scripts/install-test-packages.sh (as root)")
     return path
 
 

@@ -69,7 +69,7 @@ def _commands() -> dict[str, str]:
     missing = [c for c, p in found.items() if p is None]
     if missing:
         raise RuntimeError(
-            f"{', '.join(missing)} not installed: run scripts/install-launchers.sh (as root)"
+            f"{', '.join(missing)} not installed: run scripts/install-test-packages.sh (as root)"
         )
     return {c: p for c, p in found.items() if p is not None}
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Installs the real launchers the launcher tests run (Debian packages): Slurm with munge,
-# Open MPI and MPICH, and iproute2 for the test cluster's network namespace. Does nothing
-# for a package already installed. Needs root and apt-get; without them it prints one
-# line and the launcher tests fail with what is missing.
+# Installs the real programs the tests run, from Debian packages: Slurm with munge, Open
+# MPI and MPICH (and iproute2 for the test cluster's network namespace). Does nothing for
+# a package already installed. Needs root and apt-get; without them it prints one line
+# and the tests that need a missing program fail naming it.
 set -euo pipefail
 
 declare -A wanted=(
@@ -17,10 +17,10 @@ done
 mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
 
 if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
-  echo "install-launchers: needs root and apt-get to install ${missing[*]}" >&2
+  echo "install-test-packages: needs root and apt-get to install ${missing[*]}" >&2
   exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
 install() { apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; }
 install || { apt-get update -q >/dev/null && install; }
-echo "install-launchers: installed ${missing[*]}" >&2
+echo "install-test-packages: installed ${missing[*]}" >&2

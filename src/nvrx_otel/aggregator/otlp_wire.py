@@ -216,7 +216,7 @@ class LogsEncoder:
         nothing else to add) is written in one join from cached parts: its call site's bytes
         with this request's observed time, the tag-and-length heads of its body and key from
         tables. Any other record takes :meth:`record`; both write the same message."""
-        out = []
+        out: list[bytes] = []
         record = self.record
         shared_of = self._shared.get
         site_of = _SITE
@@ -274,9 +274,16 @@ class LogsEncoder:
                 if items is None:
                     items = scopes[logger] = []
                 items.append(record(r, observed_ns))
+            # the heads with lengths summed, so that the request's bytes are copied once
             body = [field(_T_SCOPE, attributes(_T_RES_ATTR, resource))]
+            size = len(body[0])
             for logger, items in scopes.items():
                 scope = field(_T_SCOPE, field(_T_NAME, logger.encode("utf-8", "replace")))
-                body.append(field(_T_ITEMS, scope + b"".join(items)))
-            out.append(field(_T_REQ, b"".join(body)))
+                n = len(scope) + sum(map(len, items))
+                head = _SMALL[_T_ITEMS] + varint(n)
+                body += (head, scope)
+                body += items
+                size += len(head) + n
+            out += (_SMALL[_T_REQ], varint(size))
+            out += body
         return b"".join(out)

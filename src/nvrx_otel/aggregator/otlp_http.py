@@ -32,8 +32,18 @@ USER_AGENT: Final = f"nvrx-otel/{__version__}"
 
 def plain_route(endpoint: str) -> bool:
     """True when ``requests`` would add nothing from the environment to a request to
-    ``endpoint``: no proxy applies to it and no ``~/.netrc`` entry names its host."""
+    ``endpoint``: no proxy applies to it and no ``~/.netrc`` entry names its host. Asked of
+    ``requests`` itself only when a proxy variable or a netrc file is there at all (the
+    common case costs no import of it)."""
     try:
+        from urllib.request import getproxies_environment
+
+        proxies = any(scheme != "no" for scheme in getproxies_environment())
+        netrc = os.environ.get("NETRC")
+        places = (netrc,) if netrc is not None else ("~/.netrc", "~/_netrc")
+        has_netrc = any(os.path.exists(os.path.expanduser(p)) for p in places)
+        if not proxies and not has_netrc:
+            return True
         from requests.utils import get_environ_proxies, get_netrc_auth
 
         return not get_environ_proxies(endpoint) and get_netrc_auth(endpoint) is None

@@ -20,12 +20,14 @@ from __future__ import annotations
 import http.client
 import os
 import select
-import ssl
 from collections.abc import Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
 from nvrx_otel import __version__
+
+if TYPE_CHECKING:
+    import ssl
 
 USER_AGENT: Final = f"nvrx-otel/{__version__}"
 

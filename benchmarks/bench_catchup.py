@@ -35,10 +35,11 @@ TARGET_OTLP = 100_000
 _POLL_S = 0.005
 
 _RECEIVER = r"""
-import sys
+import sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 total = 0
+counting = threading.Lock()  # requests of several connections are decoded side by side
 class H(BaseHTTPRequestHandler):
     def log_message(self, *a): pass
     def do_POST(self):
@@ -52,8 +53,9 @@ class H(BaseHTTPRequestHandler):
         if self.path.endswith("/v1/logs"):
             req = ExportLogsServiceRequest.FromString(body)
             n = sum(len(s.log_records) for r in req.resource_logs for s in r.scope_logs)
-            total += n
-            print(total, flush=True)
+            with counting:  # one count, one whole line at a time
+                total += n
+                print(total, flush=True)
 s = ThreadingHTTPServer(("127.0.0.1", 0), H)
 s.daemon_threads = True
 print(s.server_address[1], flush=True)

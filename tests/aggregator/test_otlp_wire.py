@@ -136,6 +136,32 @@ def reference(batch: list[tuple[dict[str, Any], list[dict[str, Any]]]], observed
     return req
 
 
+@st.composite
+def common_records(draw: Any) -> dict[str, Any]:
+    """What most records are: every call-site field there, a short message and key, no
+    exception, attributes or trace (the encoder's joined-from-cached-parts path), with now and
+    then a longer message or key, or an extra field, that take the other."""
+    r: dict[str, Any] = {"v": 1, "k": "log", "ts": draw(st.integers(0, 2**64 - 1))}
+    r["key"] = draw(st.text(st.sampled_from("0123456789abcdef-"), max_size=130))
+    r["msg"] = draw(st.text(max_size=140) | st.sampled_from(["step 1", ""]))
+    r["lg"] = draw(st.sampled_from(["", "nvrx", "torch.distributed", "ü"]))
+    r["sev"] = draw(st.integers(0, 24))
+    r["lvl"] = draw(st.sampled_from(["INFO", "WARNING", ""]))
+    r["path"] = draw(st.sampled_from(["/w/train.py", "a" * 400]))
+    r["fn"] = draw(st.sampled_from(["step", "<module>"]))
+    r["tn"] = "MainThread"
+    r["tid"] = draw(st.sampled_from([1, 2**63 - 1]))
+    r["line"] = draw(st.integers(0, 300))
+    extra = draw(st.sampled_from([None, None, None, "exc", "attrs", "trace_id"]))
+    if extra == "exc":
+        r["exc"] = "Traceback"
+    elif extra == "attrs":
+        r["attrs"] = {"a": 1}
+    elif extra == "trace_id":
+        r["trace_id"], r["span_id"] = "ab" * 16, "cd" * 8
+    return r
+
+
 RESOURCE = st.dictionaries(SHORT, JSON, max_size=4)
 
 
@@ -147,6 +173,23 @@ def test_wire_bytes_parse_to_the_reference_message(batch: Any, observed: int) ->
     for _ in range(2):  # the second time from the encoder's caches
         wire = encoder.request(batch, observed)
         assert ExportLogsServiceRequest.FromString(wire) == reference(batch, observed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(RESOURCE, st.lists(common_records(), max_size=12)), max_size=3),
+       st.integers(0, 2**64 - 1))  # fmt: skip
+def test_common_records_parse_to_the_reference_message(batch: Any, observed: int) -> None:
+    encoder = LogsEncoder()
+    for _ in range(2):
+        wire = encoder.request(batch, observed)
+        assert ExportLogsServiceRequest.FromString(wire) == reference(batch, observed)
+
+
+def test_a_lone_surrogate_is_replaced_not_raised() -> None:
+    r = {"v": 1, "k": "log", "ts": 1, "key": "k", "msg": "\ud800 lone", "lg": "nvrx"}
+    r |= {"sev": 9, "lvl": "INFO", "path": "p", "fn": "f", "tn": "t", "tid": 1, "line": 2}
+    req = ExportLogsServiceRequest.FromString(LogsEncoder().request([({}, [r])], 5))
+    assert req.resource_logs[0].scope_logs[0].log_records[0].body.string_value == "? lone"
 
 
 @given(st.integers(-(2**63), 2**64 - 1))

@@ -77,6 +77,25 @@ def test_a_lagging_otlp_sink_catches_up_from_its_own_cursor(
     assert _unique(receiver) == WRITERS * RECORDS
 
 
+def test_health_metrics_start_once_caught_up_not_during_the_catch_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Setting up the metrics exporter costs CPU a catch-up needs: the metrics start once
+    the node log and OTLP have both caught up (long before their interval is due)."""
+    from nvrx_otel.aggregator import otlp_metrics
+
+    monkeypatch.setattr(otlp_metrics, "export_interval", lambda status_interval: 300.0)
+    _write(tmp_path)
+    with OtlpReceiver() as receiver:
+        receiver.status = 503  # OTLP cannot catch up meanwhile
+        with running(config(tmp_path, otlp_endpoint=receiver.endpoint)) as agg:
+            wait_for(lambda: _node_log(tmp_path) == WRITERS * RECORDS, timeout=60, what="log")
+            assert agg._metrics is None  # the node log has caught up, OTLP has not
+            receiver.status = 200
+            wait_for(lambda: agg._metrics is not None, timeout=60, what="the metrics started")
+            assert receiver.wait_for(lambda r: _unique(r) >= WRITERS * RECORDS, timeout=60)
+
+
 def _json_records(directory: Path) -> int:
     keys = set()
     for path in directory.glob("logs_*.jsonl"):

@@ -166,8 +166,6 @@ class Delivery:
         records were refused or rejected for good (counted as dropped, for the caller to
         report); None when the sink must stop first (the logs then go again with the
         spans: duplicates, never losses)."""
-        from nvrx_otel.aggregator.otlp_encode import encode_spans
-
         log_batch = [(resources.get(w, {}), rs) for w, rs in logs.items() if rs]
         span_batch = [(resources.get(w, {}), rs) for w, rs in spans.items() if rs]
         n_logs = sum(len(rs) for _, rs in log_batch)
@@ -179,7 +177,9 @@ class Delivery:
                 return None
             exported["logs"] += n_logs - lost
             logs_lost = lost
-        if n_spans:
+        if n_spans:  # the proto messages imported only when there are spans
+            from nvrx_otel.aggregator.otlp_encode import encode_spans
+
             lost = self.send("traces", encode_spans(span_batch, trunc), n_spans)
             if lost is None:
                 return None

@@ -30,6 +30,7 @@ with status ERROR and ``nv.nvrx.span.truncated = true``.
 from __future__ import annotations
 
 import copy
+import operator
 import threading
 import time
 from collections import deque
@@ -64,6 +65,7 @@ size (one record may be up to the record cap)."""
 QUEUE_RECORDS: Final = 16 * BATCH_RECORDS
 QUEUE_BYTES: Final = 16 << 20
 """The queue holds at most this much; past it the sink lags and catches up by reading."""
+_ts_of: Final = operator.itemgetter("ts")
 
 
 class OtlpExport:
@@ -255,10 +257,18 @@ class OtlpExport:
         header = f.header
         if header is not None and not w.budget:
             take_header(w, header)
-        for r in batch.records:
-            ts = r.get("ts")
-            if isinstance(ts, int) and ts > w.last_ts:
-                w.last_ts = ts
+        try:  # the common case in one C loop: every record has an int ts
+            latest = max(map(_ts_of, batch.records), default=w.last_ts)
+        except (KeyError, TypeError):
+            latest = None
+        if isinstance(latest, int):
+            if latest > w.last_ts:
+                w.last_ts = latest
+        else:
+            for r in batch.records:
+                ts = r.get("ts")
+                if isinstance(ts, int) and ts > w.last_ts:
+                    w.last_ts = ts
         take_spans(w, spans, batch.spans)
         self._queue.append(batch)
         self._queued[0] += batch.count

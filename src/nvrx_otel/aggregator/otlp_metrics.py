@@ -128,6 +128,12 @@ def _exporter(config: OtlpConfig) -> Any:
     )
 
 
+def export_interval(status_interval: float) -> float:
+    """Seconds between two exports of the health metrics (``NVRX_OTEL_STATUS_INTERVAL_S``,
+    at most 10; 10 when the status lines are off)."""
+    return min(status_interval if status_interval > 0 else 60.0, 10.0)
+
+
 def start_health_metrics(
     config: AggregatorConfig, health: Health, otlp: Sink, backlog: Callable[[], int]
 ) -> HealthMetrics | None:
@@ -149,9 +155,11 @@ def start_health_metrics(
 
     try:
         endpoint = resolve("metrics", base_endpoint=config.otlp_endpoint)
-        interval = config.status_interval if config.status_interval > 0 else 60.0
         return HealthMetrics(
-            endpoint, get_identity().resource(), values, interval_s=min(interval, 10.0)
+            endpoint,
+            get_identity().resource(),
+            values,
+            interval_s=export_interval(config.status_interval),
         )
     except Exception as exc:
         say(f"cannot export health metrics: {type(exc).__name__}: {exc}")

@@ -144,6 +144,7 @@ class Transport:
         self.rejected = 0  # items the last OK answer's partial success rejected
         self._session: Any = None
         self._grpc: Any = None
+        self._http: Any = None  # otlp_http.HttpEndpoint, or False: through requests
 
     def send(self, payload: bytes) -> Result:
         self.rejected = 0
@@ -155,7 +156,44 @@ class Transport:
             self.last_error = f"{type(exc).__name__}: {exc}"
             return Result.RETRY
 
+    def close(self) -> None:
+        """Close the kept-alive connection, if any (a next send opens another)."""
+        if self._http:
+            self._http.close()
+        if self._session is not None:
+            self._session.close()
+
     def _send_http(self, payload: bytes) -> Result:
+        cfg = self.config
+        if self._http is None:
+            from nvrx_otel.aggregator.otlp_http import HttpEndpoint, plain_route
+
+            self._http = False
+            if plain_route(cfg.endpoint):
+                self._http = HttpEndpoint(
+                    cfg.endpoint,
+                    cfg.headers,
+                    certificate=cfg.certificate,
+                    client_certificate=cfg.client_certificate,
+                    client_key=cfg.client_key,
+                )
+        body = gzip.compress(payload, compresslevel=1) if cfg.compression == "gzip" else payload
+        if self._http is False:
+            return self._send_requests(body)
+        import http.client
+
+        headers = {"Content-Type": "application/x-protobuf"}
+        if cfg.compression == "gzip":
+            headers["Content-Encoding"] = "gzip"
+        try:
+            status, content = self._http.post(body, headers, cfg.timeout)
+        except (OSError, http.client.HTTPException) as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return Result.RETRY
+        return self._answer(status, content)
+
+    def _send_requests(self, body: bytes) -> Result:
+        """Through ``requests``: an endpoint a proxy or ``~/.netrc`` concerns (otlp_http)."""
         import requests
 
         if self._session is None:
@@ -165,7 +203,6 @@ class Transport:
             if self.config.compression == "gzip":
                 self._session.headers["Content-Encoding"] = "gzip"
         cfg = self.config
-        body = gzip.compress(payload, compresslevel=1) if cfg.compression == "gzip" else payload
         cert: Any = None
         if cfg.client_certificate and cfg.client_key:
             cert = (cfg.client_certificate, cfg.client_key)
@@ -182,11 +219,14 @@ class Transport:
         except requests.RequestException as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
             return Result.RETRY
-        if 200 <= resp.status_code < 300:
-            self._partial(resp.content)
+        return self._answer(resp.status_code, resp.content)
+
+    def _answer(self, status: int, content: bytes) -> Result:
+        if 200 <= status < 300:
+            self._partial(content)
             return Result.OK
-        self.last_error = f"HTTP {resp.status_code} from {cfg.endpoint}"
-        return Result.RETRY if resp.status_code in _RETRY_HTTP else Result.REJECTED
+        self.last_error = f"HTTP {status} from {self.config.endpoint}"
+        return Result.RETRY if status in _RETRY_HTTP else Result.REJECTED
 
     def _send_grpc(self, payload: bytes) -> Result:
         try:

@@ -94,6 +94,7 @@ class Aggregator(Progress):
         self._sinks = build_sinks(config, self.node_id)
         self._out.loss_sinks.extend(sink.report for sink in self._sinks.values())
         self._metrics: HealthMetrics | None = None
+        self._metrics_due: float | None = None  # health metrics start by then (monotonic)
         self._backlog_bytes = 0
         self._merge = self._new_merge()
         self._lock = JobLock(self.job_dir)
@@ -154,7 +155,7 @@ class Aggregator(Progress):
             lower_priority(self.config.nice)
             for sink in self._sinks.values():
                 sink.start()
-            self._start_metrics()
+            self._defer_metrics()
             self._loop()
             self.exit_code = 1 if self._broken else 0  # records it could not deliver stay
         except Exception:  # a bug, or storage gone for good: committed progress stays valid
@@ -194,8 +195,27 @@ class Aggregator(Progress):
         """The OTLP endpoint's sink, else the OTLP/JSON one (None when OTLP is off)."""
         return self._sinks.get("otlp") or self._sinks.get("otlp_json")
 
+    def _defer_metrics(self) -> None:
+        """Health metrics start once the loop and every sink have caught up with the spool,
+        or one export interval from now at the latest: setting up the SDK's exporter costs
+        about 0.1 s of the GIL a catch-up needs, and nothing is lost by waiting (the
+        instruments observe the aggregator's totals, and the first export would come one
+        interval after the start anyway)."""
+        if "otlp" in self._sinks:
+            from nvrx_otel.aggregator.otlp_metrics import export_interval
+
+            self._metrics_due = time.monotonic() + export_interval(self.config.status_interval)
+
+    def _start_metrics_when_due(self, now: float, backlog: bool) -> None:
+        due = self._metrics_due
+        if due is None:
+            return
+        if now >= due or (not backlog and all(s.caught_up() for s in self._sinks.values())):
+            self._start_metrics()
+
     def _start_metrics(self) -> None:
         """Health metrics over the same endpoint as the logs (when there is one)."""
+        self._metrics_due = None
         otlp = self._sinks.get("otlp")
         if otlp is not None:
             from nvrx_otel.aggregator.otlp_metrics import start_health_metrics
@@ -206,6 +226,8 @@ class Aggregator(Progress):
 
     def _close(self) -> None:
         self._fifo.stop()
+        if self._metrics_due is not None:  # stopped before they were due: export them once
+            self._start_metrics()
         if self._metrics is not None:  # a last export, within what is left of the drain
             self._metrics.shutdown(min(1.0, max(0.1, self._deadline - time.monotonic())))
             self._metrics = None
@@ -258,6 +280,7 @@ class Aggregator(Progress):
             if now >= next_status:
                 self._status()
                 next_status = now + status_every
+            self._start_metrics_when_due(now, backlog)
             if not backlog:
                 self._waker.sleep(self._idle_time(now, next_status, stopping))
         self._finish()

@@ -19,6 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Final
 
+from nvrx_otel import env
+
 FORMATS: Final = ("nvrx_node_log", "nvrx_logflow_log")
 """The shipped formats: each is ``lnav_formats/<name>.json`` and lnav's table ``<name>``."""
 
@@ -53,7 +55,7 @@ def config_dir(environ: Mapping[str, str] | None = None) -> Path:
     dotlnav = home / ".lnav"
     if dotlnav.is_dir():
         return dotlnav
-    xdg = e.get("XDG_CONFIG_HOME", "")
+    xdg = e.get(env.XDG_CONFIG_HOME, "")  # raw, not its row's default: lnav's rule, not ours
     if xdg and Path(xdg).is_dir():
         return Path(xdg) / "lnav"
     if (home / ".config").is_dir():

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs the real programs the tests run, from Debian packages: Slurm with munge, Open
-# MPI and MPICH (and iproute2 for the test cluster's network namespace). Does nothing for
-# a package already installed. Needs root and apt-get; without them it prints one line
-# and the tests that need a missing program fail naming it.
+# MPI and MPICH (and iproute2 for the test cluster's network namespace), and lnav (the
+# shipped lnav formats are tested with it). Does nothing for a package already installed.
+# Needs root and apt-get; without them it prints one line and the tests that need a
+# missing program fail naming it.
 set -euo pipefail
 
 declare -A wanted=(
   [slurmctld]=slurm-wlm [slurmd]=slurm-wlm [srun]=slurm-client [munged]=munge
   [mpirun.openmpi]=openmpi-bin [mpiexec.mpich]=mpich [ip]=iproute2 [nsenter]=util-linux
+  [lnav]=lnav
 )
 missing=()
 for cmd in "${!wanted[@]}"; do

@@ -78,6 +78,13 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     return aggregate_main(args.aggregate_args, prog="nvrx-otel aggregate")
 
 
+def cmd_lnav_install(args: argparse.Namespace) -> int:
+    """Install lnav formats for the node log and LogFlow's run file (see its --help)."""
+    from nvrx_otel.lnav import main as lnav_main
+
+    return lnav_main(args.lnav_args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nvrx-otel",
@@ -99,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     # Parsed by the aggregator's own parser: main() hands it everything after the name.
     agg = sub.add_parser("aggregate", help=cmd_aggregate.__doc__, add_help=False)
     agg.set_defaults(func=cmd_aggregate, aggregate_args=[])
+    lnav = sub.add_parser("lnav-install", help=cmd_lnav_install.__doc__, add_help=False)
+    lnav.set_defaults(func=cmd_lnav_install, lnav_args=[])
     return parser
 
 
@@ -108,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments[:1] == ["aggregate"]:  # its flags are the aggregator's, parsed there
         args = argparse.Namespace(func=cmd_aggregate, aggregate_args=arguments[1:])
         return cmd_aggregate(args)
+    if arguments[:1] == ["lnav-install"]:  # parsed by nvrx_otel.lnav's own parser
+        return cmd_lnav_install(argparse.Namespace(lnav_args=arguments[1:]))
     args = parser.parse_args(arguments)
     func: Command | None = getattr(args, "func", None)
     if func is None:

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 FILE_FORMAT: Final = (
     "{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {rank_tag}{name}:{function}:{line} | {message}"
 )
-"""LogFlow's run-file line (lnav recognises its timestamp); ``{rank_tag}`` is filled in
+"""LogFlow's run-file line (lnav format ``nvrx_logflow_log``); ``{rank_tag}`` is filled in
 when the sink is added (``[rank N] | `` above rank 0)."""
 
 

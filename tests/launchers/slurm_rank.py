@@ -4,8 +4,10 @@ It writes what Slurm exported to it (``OUT/env-<SLURM_JOB_ID>-<SLURM_PROCID>.jso
 
   normal COUNT   logs ``t<procid>-<i>`` for i < COUNT inside a span, then exits 0.
   fail CODE      exits with CODE at once, logging nothing.
-  until_term     logs ``t<procid>-<i>`` until SIGTERM, then writes how many it logged to
-                 ``OUT/count-<job>-<procid>`` and exits 143, as an unhandled SIGTERM would.
+  until_term     logs ``t<procid>-<i>`` until SIGTERM (or SIGUSR1, Slurm's usual warning
+                 signal before a time limit: a training job checkpoints and leaves on it),
+                 then writes how many it logged to ``OUT/count-<job>-<procid>`` and exits
+                 143, as an unhandled SIGTERM would.
 
 It also writes ``OUT/end-<job>-<procid>`` (the wall-clock end, in seconds) as it leaves.
 """
@@ -38,6 +40,7 @@ def main() -> int:
     setup_tracing()
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(signal.SIGUSR1, lambda *_: stop.append(1))
     count = int(sys.argv[3]) if mode == "normal" else sys.maxsize
     logged = 0
     with trace.get_tracer("slurm_rank").start_as_current_span("work"):

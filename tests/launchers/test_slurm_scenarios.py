@@ -55,13 +55,6 @@ def counts(job: Job) -> dict[str, int]:
     return {p.name.rsplit("-", 1)[1]: int(p.read_text()) for p in job.out.glob("count-*")}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SIGUSR1 (scancel -s USR1, sbatch --signal=USR1@T) reaches every process of the "
-    "step: it kills the aggregator (no handler, default action) and the recipe's bash "
-    "tasks, so the records spooled since the last read stay in the spool, reported nowhere, "
-    "and the step's exit code is the signal's, not the workload's",
-)
 def test_scancel_usr1_keeps_every_record_and_the_workloads_exit_code(job: Job) -> None:
     """Slurm's usual warning before a time limit (``--signal=USR1@90``, or ``scancel -s
     USR1``) goes to every process of the step; a training job checkpoints on it and

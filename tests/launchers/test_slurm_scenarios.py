@@ -203,3 +203,45 @@ def test_rerun_with_job_id_after_the_aggregator_was_killed_writes_the_rest_once(
         assert kept[procid] + dropped[procid] == count, (procid, kept, dropped, output)
     assert not list((job.tmp / "spool" / job.id).glob("*.jsonl")), output
     assert re.search(r"stopped \(wait file\)", output), output
+
+
+def test_scancel_while_the_aggregator_starts_keeps_every_record(job: Job) -> None:
+    """Preemption or ``scancel`` can come at any moment, also while the aggregator's
+    Python is still starting (seconds on a loaded node or a cold shared file system) and
+    the ranks are already logging. Slurm's SIGTERM then reaches a process that has no
+    handler yet: the recipe must keep it alive to drain what the ranks spooled.
+
+    The aggregator's start is held at a gate: ``python`` on the job's ``PATH`` is a shim
+    that, for the aggregator only, waits for a file before running the real interpreter."""
+    gate = job.tmp / "gate"
+    shim_dir = job.tmp / "shim"
+    shim_dir.mkdir()
+    shim = shim_dir / "python"
+    shim.write_text(
+        "#!/bin/bash\n"
+        'if [[ " $* " == *" nvrx_otel.logging.aggregator "* ]]; then\n'
+        f'  while [[ ! -e "{gate}" ]]; do sleep 0.05; done\n'
+        "fi\n"
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    shim.chmod(0o755)
+    job.env["PATH"] = f"{shim_dir}:{job.env['PATH']}"
+    job.submit("until_term", "-n", "2", "--overcommit")
+    spool = job.tmp / "spool"
+    job.slurm.wait_until("records spooled", lambda: spooled_anywhere(spool) > 100_000, 90)
+    done = job.slurm.run("scancel", job.id)
+    assert done.returncode == 0, done.stderr
+    job.slurm.wait_until("the tasks' SIGTERM", lambda: len(counts(job)) == 2, 60)
+    gate.touch()
+    state, _ = job.wait_end(timeout=90)
+    assert state == "CANCELLED", job.output()
+    kept, dropped = kept_and_dropped(job)
+    for procid, count in counts(job).items():
+        assert kept[procid] + dropped[procid] == count, (
+            procid, kept[procid], dropped[procid], count, job.output(),
+        )  # fmt: skip
+
+
+def spooled_anywhere(root: Path) -> int:
+    """Bytes in the spool files under the spool root ``root``."""
+    return sum(spooled(d) for d in root.glob("*") if d.is_dir())

@@ -176,6 +176,28 @@ def test_second_signal_after_the_grace_exits_at_once(tmp_path: Path) -> None:
     assert "second signal: exiting at once" in err
 
 
+def test_workload_signals_neither_stop_nor_kill_it(tmp_path: Path) -> None:
+    """Slurm sends SIGUSR1 (``--signal=USR1@T``, ``scancel -s USR1``) or SIGUSR2 to every
+    process of a step, meant for the training: the aggregator says so and aggregates on."""
+    w = FakeWriter(spool_dir(tmp_path))
+    agg = cli(tmp_path)
+    started(tmp_path, agg)
+    # Its CPU priority is lowered right after its handlers are in place.
+    nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
+    wait_for(lambda: os.getpriority(os.PRIO_PROCESS, agg.pid) == nice, what="handlers")
+    for sig in (signal.SIGUSR1, signal.SIGUSR2):
+        agg.send_signal(sig)
+        wait_for(lambda s=sig: f"{s.name}: a signal for the workload" in agg.err(), what=sig.name)
+    w.log("after the signals")
+    wait_for(lambda: messages(log_path(tmp_path)) == ["after the signals"], what="record")
+    w.close()
+    assert agg.poll() is None
+    (tmp_path / "done").touch()
+    code, err = finish(agg)
+    assert code == 0, err
+    assert "draining" in err
+
+
 def test_second_aggregator_on_the_same_job_is_refused(tmp_path: Path) -> None:
     first = cli(tmp_path)
     started(tmp_path, first)

@@ -133,10 +133,18 @@ ignored: Slurm signals every process of a step, and a job script's ``trap`` forw
 signal it got as well. One that comes later exits the process at once."""
 
 
+WORKLOAD_SIGNALS: Final = (signal.SIGUSR1, signal.SIGUSR2)
+"""Signals meant for the training processes, which Slurm sends to every process of a step
+(``scancel -s USR1``, ``sbatch --signal=USR1@<seconds>`` before a time limit, submitit's
+SIGUSR2): the aggregator keeps reading through them instead of dying of their default
+action, which would leave what the ranks spooled since its last read in the spool."""
+
+
 def catch_signals(on_first: Callable[[str], None]) -> dict[int, Any]:
     """SIGTERM/SIGINT call ``on_first(name)``; another within ``SIGNAL_GRACE_S`` is
     ignored, a later one exits the process at once (committed progress makes that safe).
-    Returns the previous handlers; nothing is installed outside the main thread."""
+    ``WORKLOAD_SIGNALS`` are said on stderr and otherwise ignored. Returns the previous
+    handlers; nothing is installed outside the main thread."""
     if threading.current_thread() is not threading.main_thread():
         return {}
     first: list[float] = []  # when the first signal came (monotonic)
@@ -152,7 +160,14 @@ def catch_signals(on_first: Callable[[str], None]) -> dict[int, Any]:
             _tell("second signal: exiting at once")
             os._exit(128 + signum)
 
-    return {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    def not_ours(signum: int, frame: FrameType | None) -> None:
+        _tell(f"{signal.Signals(signum).name}: a signal for the workload, still aggregating")
+
+    previous: dict[int, Any] = {
+        s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)
+    }
+    previous.update({s: signal.signal(s, not_ours) for s in WORKLOAD_SIGNALS})
+    return previous
 
 
 def _tell(message: str) -> None:

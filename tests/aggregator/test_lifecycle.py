@@ -132,6 +132,50 @@ def test_drain_timeout_bounds_the_wait_for_live_writers(tmp_path: Path) -> None:
     assert messages(log_path(tmp_path)) == ["complete"]
 
 
+def test_wait_file_drain_reads_on_while_a_live_writer_still_logs(tmp_path: Path) -> None:
+    """The process that made the wait file ended, another writer (a node's other task)
+    goes on logging for longer than --drain-timeout: every record it writes reaches the
+    node log, and the drain ends --drain-timeout after its last one."""
+    w = FakeWriter(spool_dir(tmp_path))
+    agg = cli(tmp_path, "--drain-timeout", "1")
+    started(tmp_path, agg)
+    (tmp_path / "done").touch()
+    wait_for(lambda: "draining (wait file)" in agg.err(), what="the drain")
+    deadline = time.monotonic() + 3  # three drain timeouts of logging
+    i = 0
+    while time.monotonic() < deadline:
+        w.log(f"late {i}")
+        i += 1
+        time.sleep(0.05)
+    last = time.monotonic()
+    code, err = finish(agg, timeout=30)
+    ended = time.monotonic()
+    w.close()
+    assert code == 0, err
+    assert messages(log_path(tmp_path)) == [f"late {n}" for n in range(i)]
+    assert ended - last >= 0.9, "it waits --drain-timeout after the last record"
+    assert "after the last record read 1 s" in err
+
+
+def test_signal_during_a_wait_file_drain_bounds_it(tmp_path: Path) -> None:
+    """A SIGTERM while a wait-file drain follows a writer that keeps logging: the drain
+    ends --drain-timeout after the signal (Slurm's SIGKILL follows its SIGTERM)."""
+    w = FakeWriter(spool_dir(tmp_path))
+    agg = cli(tmp_path, "--drain-timeout", "1")
+    started(tmp_path, agg)
+    (tmp_path / "done").touch()
+    wait_for(lambda: "draining (wait file)" in agg.err(), what="the drain")
+    agg.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    while agg.poll() is None and time.monotonic() - signalled < 20:
+        w.log("still logging")
+        time.sleep(0.05)
+    code, err = finish(agg, timeout=30)
+    w.close()
+    assert code == 0, err
+    assert time.monotonic() - signalled < 6, err
+
+
 def test_signal_repeated_at_once_is_the_same_shutdown(tmp_path: Path) -> None:
     """``scancel``: Slurm's SIGTERM and the job script's forwarded one arrive together. The
     second must not cut the drain short: records written after both still arrive, and

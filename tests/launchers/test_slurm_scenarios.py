@@ -56,13 +56,6 @@ def counts(job: Job) -> dict[str, int]:
     return {p.name.rsplit("-", 1)[1]: int(p.read_text()) for p in job.out.glob("count-*")}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="task 0 touches the wait file when its own workload ends; the aggregator then "
-    "drains only --drain-timeout (20 s) for the node's other tasks and exits while they "
-    "still log: what they log after that stays in the spool, said on stderr only, never "
-    "in the node log nor in a dropped line",
-)
 def test_task_0_failing_first_keeps_the_records_of_the_tasks_that_run_on(job: Job) -> None:
     """Local task 0 crashes at once; the node's other tasks run on (in training: hanging
     in a collective until a timeout, logging what one needs to debug it) longer than the

@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     from nvrx_otel.aggregator.otlp_metrics import HealthMetrics
     from nvrx_otel.aggregator.sinks import Sink
 
+WAIT_FILE_REASON: Final = "wait file"
+"""The stop reason of a drain the wait file started."""
+
 __all__ = ["Aggregator", "AggregatorConfig", "AggregatorError", "RecordSink"]
 
 COMMIT_EVERY_S: Final = 1.0
@@ -105,6 +108,7 @@ class Aggregator(Progress):
         self._opened = False
         self._resume_error = ""  # the last reason a resume failed (said once)
         self._deadline = float("inf")
+        self._follow = False  # a wait-file drain: goes on while writers still write
         self._thread: threading.Thread | None = None
         self._dirty = False
         self._last_commit = 0.0
@@ -175,10 +179,21 @@ class Aggregator(Progress):
         return thread
 
     def request_stop(self, reason: str) -> None:
-        """Begin the drain (safe from a signal handler or another thread)."""
+        """Begin the drain (safe from a signal handler or another thread).
+
+        A drain for the wait file goes on while writers still write: its deadline is
+        ``drain_timeout`` after the last record read (the node's other tasks may outlive
+        the one that made the wait file, and what they log is what one needs). Any other
+        reason (a signal, ``shutdown``), also one during such a drain, sets a fixed
+        deadline ``drain_timeout`` from now: Slurm's SIGKILL follows its SIGTERM."""
+        now = time.monotonic()
         if self.stop_reason is None:
             self.stop_reason = reason
-            self._deadline = time.monotonic() + self.config.drain_timeout
+            self._follow = reason == WAIT_FILE_REASON
+            self._deadline = now + self.config.drain_timeout
+        elif self._follow and reason != WAIT_FILE_REASON:
+            self._follow = False
+            self._deadline = min(self._deadline, now + self.config.drain_timeout)
         self._waker.wake()
 
     def shutdown(self, timeout: float | None = None) -> None:
@@ -245,19 +260,22 @@ class Aggregator(Progress):
         status_every = cfg.status_interval if cfg.status_interval > 0 else float("inf")
         next_status = time.monotonic() + status_every
         next_scan = 0.0
-        backlog = announced = False
+        backlog = announced = sinks_told = False
         while True:
             now = time.monotonic()
             if self.stop_reason is None and self._wait.fresh():
-                self.request_stop("wait file")
+                self.request_stop(WAIT_FILE_REASON)
             stopping = self.stop_reason is not None
-            if stopping and not announced:
-                announced = True
+            if stopping and not self._follow and not sinks_told:
+                sinks_told = True  # a following drain's end is not known: told at the end
                 for sink in self._sinks.values():
                     sink.drain_by(self._deadline)
+            if stopping and not announced:
+                announced = True
+                bound = "after the last record read" if self._follow else "at most"
                 say(
                     f"draining ({self.stop_reason}): reading until no writer is left, "
-                    f"at most {cfg.drain_timeout:g} s"
+                    f"{bound} {cfg.drain_timeout:g} s"
                 )
             if stopping and now >= self._deadline:
                 break
@@ -267,6 +285,7 @@ class Aggregator(Progress):
             if backlog or stopping or now >= next_scan or self._fifo.take():
                 self._spool.scan()
                 next_scan = now + cfg.check_interval
+            written = self.health.written
             try:
                 backlog = self._cycle()
             except OSError as exc:
@@ -275,6 +294,8 @@ class Aggregator(Progress):
                 backlog = False
                 continue
             now = time.monotonic()
+            if self._follow and self.health.written != written:
+                self._deadline = max(self._deadline, now + cfg.drain_timeout)
             if stopping and (now >= self._deadline or (not backlog and self._drained())):
                 break
             if now >= next_status:

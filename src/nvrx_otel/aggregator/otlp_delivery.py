@@ -145,10 +145,14 @@ class Delivery:
         self._logs = LogsEncoder()  # its caches live as long as the sink
 
     def drain_by(self, deadline: float) -> None:
-        """The aggregator drains until ``deadline`` (monotonic): retry now, wait no longer."""
-        self._deadline = min(self._deadline, deadline)
-        self._backoff = BACKOFF_START_S
-        self._interrupt.set()
+        """The aggregator drains until ``deadline`` (monotonic): retry now, wait no longer.
+        A drain that follows live writers moves its deadline later: that only lets waits
+        run longer, it does not cut the current one short again."""
+        later = deadline > self._deadline
+        self._deadline = deadline
+        if not later:
+            self._backoff = BACKOFF_START_S
+            self._interrupt.set()
 
     def expired(self) -> bool:
         return time.monotonic() >= self._deadline

@@ -260,14 +260,15 @@ class Aggregator(Progress):
         status_every = cfg.status_interval if cfg.status_interval > 0 else float("inf")
         next_status = time.monotonic() + status_every
         next_scan = 0.0
-        backlog = announced = sinks_told = False
+        backlog = announced = False
+        told = 0.0  # the drain deadline the sinks were last given
         while True:
             now = time.monotonic()
             if self.stop_reason is None and self._wait.fresh():
                 self.request_stop(WAIT_FILE_REASON)
             stopping = self.stop_reason is not None
-            if stopping and not self._follow and not sinks_told:
-                sinks_told = True  # a following drain's end is not known: told at the end
+            if stopping and not told <= self._deadline < told + 0.5:
+                told = self._deadline  # again when it moved: sooner, or on by a following drain
                 for sink in self._sinks.values():
                     sink.drain_by(self._deadline)
             if stopping and not announced:

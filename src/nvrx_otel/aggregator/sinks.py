@@ -67,7 +67,8 @@ class Sink(Protocol):
     def start(self) -> None: ...
 
     def drain_by(self, deadline: float) -> None:
-        """Deliver what is left by ``deadline`` (monotonic), cutting retries short."""
+        """Deliver what is left by ``deadline`` (monotonic), cutting retries short; called
+        again with a later deadline while a wait-file drain follows live writers."""
         ...
 
     def stop(self, deadline: float) -> None:

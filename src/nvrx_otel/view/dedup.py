@@ -21,7 +21,7 @@ from nvrx_otel.view.entry import Entry
 
 WINDOW_NS: Final = 2_000_000_000
 """2 s: records this close to the first of their group join it."""
-PENDING_MAX: Final = 100_000
+PENDING_MAX: Final = 20_000
 """Groups waiting for their window to pass; beyond this the oldest is shown as it stands."""
 _EMPTY: Final[set[int]] = set()
 _EMPTY_NODES: Final[set[str | None]] = set()

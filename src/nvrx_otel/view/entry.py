@@ -42,7 +42,13 @@ class Entry:
     trace_id: str | None
     span_id: str | None
     loss: Loss | None
-    origin: str  # "<path>:<line number>" where the record starts
+    path: str  # the file it was read from (one string object per file)
+    number: int  # the number of its (first) line there
+
+    @property
+    def origin(self) -> str:
+        """``<path>:<line number>`` where the record starts."""
+        return f"{self.path}:{self.number}"
 
     @property
     def first_line(self) -> str:

@@ -17,11 +17,12 @@ from typing import Final
 
 from nvrx_otel.view.entry import Entry
 
-REORDER_WINDOW_NS: Final = 10_000_000_000
-"""10 s: the aggregator writes each rank's records within its check interval (1 s) and
+REORDER_WINDOW_NS: Final = 5_000_000_000
+"""5 s: the aggregator writes each rank's records within its check interval (1 s) and
 its hold window (2 s) of each other, unless it is behind."""
-HOLD_MAX: Final = 200_000
-"""Records held for reordering over all streams (each stream holds at least 1000)."""
+HOLD_MAX: Final = 50_000
+"""Records held for reordering over all streams (each stream holds at least 1000): about
+15 MB."""
 
 
 def _ts(entry: Entry) -> int:

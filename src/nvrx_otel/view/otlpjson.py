@@ -116,7 +116,7 @@ def _text(body: Any) -> str:
     return orjson.dumps(value, default=str).decode()
 
 
-def _entry(lr: dict[str, Any], ident: dict[str, Any], origin: str) -> Entry:
+def _entry(lr: dict[str, Any], ident: dict[str, Any], path: str, number: int) -> Entry:
     attrs = _attrs(lr.get("attributes"))
     ids = dict(ident)
     for key, field in _IDENTITY.items():
@@ -135,7 +135,7 @@ def _entry(lr: dict[str, Any], ident: dict[str, Any], origin: str) -> Entry:
     if isinstance(stack, str) and stack:
         text = f"{text}\n{stack}"
     text = text.rstrip("\n")
-    path = attrs.get(_CODE_FILE)
+    code_path = attrs.get(_CODE_FILE)
     loss = None
     count = attrs.get(semconv.DROP_COUNT)
     if isinstance(count, int):
@@ -152,17 +152,18 @@ def _entry(lr: dict[str, Any], ident: dict[str, Any], origin: str) -> Entry:
         lrank=_int(ids.get("lrank")),
         irank=_int(ids.get("irank")),
         ilrank=_int(ids.get("ilrank")),
-        file=source_file(path) if isinstance(path, str) else "?",
+        file=source_file(code_path) if isinstance(code_path, str) else "?",
         line=_int(attrs.get(_CODE_LINE)),
         text=text,
         trace_id=_hex_id(lr.get("traceId"), 16),
         span_id=_hex_id(lr.get("spanId"), 8),
         loss=loss,
-        origin=origin,
+        path=path,
+        number=number,
     )
 
 
-def parse_line(line: bytes | str, origin: str) -> list[Entry]:
+def parse_line(line: bytes | str, path: str, number: int) -> list[Entry]:
     """The log records of one OTLP/JSON line; raises ValueError when it is not one."""
     doc = orjson.loads(line)
     if not isinstance(doc, dict):
@@ -178,7 +179,7 @@ def parse_line(line: bytes | str, origin: str) -> list[Entry]:
         ident = {_IDENTITY[k]: v for k, v in res.items()}
         for sl in rl.get("scopeLogs") or ():
             for lr in sl.get("logRecords") or ():
-                out.append(_entry(lr, ident, origin))
+                out.append(_entry(lr, ident, path, number))
     out.sort(key=_ts)
     return out
 
@@ -196,7 +197,7 @@ def read_otlp_json(
         if not line.strip():
             continue
         try:
-            entries = parse_line(line, f"{path}:{number}")
+            entries = parse_line(line, path, number)
         except (ValueError, TypeError, AttributeError, KeyError):
             malformed(path, number, line)
             continue

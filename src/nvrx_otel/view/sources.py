@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
+from sys import intern
 from typing import Final
 
 from nvrx_otel.levels import severity_of_name
@@ -61,7 +62,7 @@ def _rank(text: str) -> int | None:
         return None
 
 
-def parse_head(line: str, origin: str, last_ts: int) -> Entry | None:
+def parse_head(line: str, path: str, number: int, last_ts: int) -> Entry | None:
     """The entry of a record line (its first line only), or None when ``line`` is not
     one. A record without a readable time gets ``last_ts`` (it stays where it was)."""
     m = LINE.fullmatch(line)
@@ -70,8 +71,8 @@ def parse_head(line: str, origin: str, last_ts: int) -> Entry | None:
     sec = local_seconds(m["time"])
     ms = m["ms"]
     ts = last_ts if sec is None or not ms.isdigit() else sec * _NS + int(ms) * 1_000_000
-    lvl = m["lvl"]
-    file = m["file"]
+    lvl = intern(m["lvl"])
+    file = intern(m["file"])
     msg = m["msg"]
     loss = None
     if file == LOSS_FILE:
@@ -84,7 +85,7 @@ def parse_head(line: str, origin: str, last_ts: int) -> Entry | None:
         ts_ns=ts,
         level=lvl,
         severity=severity_of_name(lvl),
-        node=m["node"],
+        node=intern(m["node"]),
         rank=_rank(m["r"]),
         lrank=_rank(m["lr"]),
         irank=_rank(m["ir"]),
@@ -95,7 +96,8 @@ def parse_head(line: str, origin: str, last_ts: int) -> Entry | None:
         trace_id=m["trace"],
         span_id=None if span == "?" else span,
         loss=loss,
-        origin=origin,
+        path=path,
+        number=number,
     )
 
 
@@ -118,7 +120,7 @@ class NodeLogParser:
             else:
                 self.malformed(self.path, number, line)
             return None
-        head = parse_head(line, f"{self.path}:{number}", self.last_ts)
+        head = parse_head(line, self.path, number, self.last_ts)
         if head is None:
             self.malformed(self.path, number, line)
             return None

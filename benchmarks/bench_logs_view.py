@@ -58,11 +58,26 @@ def prepare(directory: Path, records: int) -> int:
                 for lr in range(RANKS_PER_NODE):
                     rank = node * RANKS_PER_NODE + lr
                     ids = {"rank": rank, "lrank": lr, "irank": node, "ilrank": 0}
-                    batch.append({"ts": ts + lr * 1000, "lvl": "INFO", "file": "train.py",
-                                  "line": 12, "msg": f"step {step} done", **ids})  # fmt: skip
-                    batch.append({"ts": ts + 500_000 + lr, "lvl": "DEBUG", "file": "data.py",
-                                  "line": 40, "msg": f"rank {rank} loaded batch {step}",
-                                  **ids})  # fmt: skip
+                    batch.append(
+                        {
+                            "ts": ts + lr * 1000,
+                            "lvl": "INFO",
+                            "file": "train.py",
+                            "line": 12,
+                            "msg": f"step {step} done",
+                            **ids,
+                        }
+                    )
+                    batch.append(
+                        {
+                            "ts": ts + 500_000 + lr,
+                            "lvl": "DEBUG",
+                            "file": "data.py",
+                            "line": 40,
+                            "msg": f"rank {rank} loaded batch {step}",
+                            **ids,
+                        }
+                    )
                 if len(batch) >= 4096:
                     batch.sort(key=lambda d: d["rank"])  # per rank, as the aggregator reads files
                     fh.write(format_clean_records(batch, name))
@@ -80,8 +95,10 @@ def _run(directory: Path, *flags: str) -> dict[str, float]:
         start = time.perf_counter()
         subprocess.run(
             [sys.executable, "-c", _HWM, "logs", str(directory), *flags],
-            env=env, stdout=subprocess.DEVNULL, check=True,
-        )  # fmt: skip
+            env=env,
+            stdout=subprocess.DEVNULL,
+            check=True,
+        )
         wall = time.perf_counter() - start
         rss_kib = int(Path(hwm.name).read_text() or "0")
     return {"wall_s": wall, "peak_rss_mib": rss_kib / 1024}

@@ -26,7 +26,9 @@ def test_rank_lists_and_ranges() -> None:
 def test_node_names_and_patterns() -> None:
     keep = Filters(nodes=("node001", "gpu-*"))
     assert [n for n in ("node001", "node002", "gpu-7", None) if keep(entry(0, node=n))] == [
-        "node001", "gpu-7"]  # fmt: skip
+        "node001",
+        "gpu-7",
+    ]
 
 
 def test_minimum_level_by_name_or_number() -> None:
@@ -36,7 +38,10 @@ def test_minimum_level_by_name_or_number() -> None:
         parse_level("loud")
     keep = Filters(min_severity=parse_level("warning"))
     levels = [("INFO", 9), ("WARNING", 13), ("ERROR", 17), ("Level 5", 0)]
-    assert [lv for lv, sev in levels if keep(entry(0, level=lv, severity=sev))] == ["WARNING", "ERROR"]
+    assert [lv for lv, sev in levels if keep(entry(0, level=lv, severity=sev))] == [
+        "WARNING",
+        "ERROR",
+    ]
 
 
 def test_trace_id_or_prefix() -> None:

@@ -20,13 +20,37 @@ def _read(text: str) -> tuple[list, list[tuple[str, int, str]]]:
 def test_fields_of_a_record_line_are_read_back() -> None:
     ts = BASE_NS + 123_456_789
     text = format_records(
-        [record(ts, "hello world", lvl="WARNING", rank=5, lrank=1, irank=2, ilrank=0,
-                file="step.py", line=44)], "node-7")  # fmt: skip
+        [
+            record(
+                ts,
+                "hello world",
+                lvl="WARNING",
+                rank=5,
+                lrank=1,
+                irank=2,
+                ilrank=0,
+                file="step.py",
+                line=44,
+            )
+        ],
+        "node-7",
+    )
     (e,), bad = _read(text)
     assert bad == []
-    assert (e.ts_ns, e.level, e.severity, e.node) == (BASE_NS + 123_000_000, "WARNING", 13, "node-7")
+    assert (e.ts_ns, e.level, e.severity, e.node) == (
+        BASE_NS + 123_000_000,
+        "WARNING",
+        13,
+        "node-7",
+    )
     assert (e.rank, e.lrank, e.irank, e.ilrank) == (5, 1, 2, 0)
-    assert (e.file, e.line, e.text, e.trace_id, e.span_id) == ("step.py", 44, "hello world", None, None)
+    assert (e.file, e.line, e.text, e.trace_id, e.span_id) == (
+        "step.py",
+        44,
+        "hello world",
+        None,
+        None,
+    )
     assert e.origin == "n.log:1"
 
 
@@ -47,11 +71,18 @@ def test_unknown_ranks_are_none() -> None:
 
 
 def test_trace_suffix_gives_the_ids_and_leaves_the_message() -> None:
-    r = record(BASE_NS, "in a span", trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
-               span_id="00f067aa0ba902b7")  # fmt: skip
+    r = record(
+        BASE_NS,
+        "in a span",
+        trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
+        span_id="00f067aa0ba902b7",
+    )
     (e,), _ = _read(format_records([r], "n"))
     assert (e.text, e.trace_id, e.span_id) == (
-        "in a span", "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")  # fmt: skip
+        "in a span",
+        "4bf92f3577b34da6a3ce929d0e0e4736",
+        "00f067aa0ba902b7",
+    )
 
 
 def test_continuation_lines_stay_with_their_record() -> None:
@@ -69,15 +100,35 @@ def test_continuation_lines_stay_with_their_record() -> None:
 
 
 def test_loss_reports_are_recognised() -> None:
-    report = loss_report(what="dropped", count=12, reason="budget", pid=42,
-                         identity={"rank": 3}, first_ts=BASE_NS, last_ts=BASE_NS, ts=BASE_NS,
-                         key="k")  # fmt: skip
-    corrupt = loss_report(what="corrupt", count=2, reason="corrupt", pid=None, identity={},
-                          first_ts=BASE_NS, last_ts=BASE_NS, ts=BASE_NS, key="k2")  # fmt: skip
+    report = loss_report(
+        what="dropped",
+        count=12,
+        reason="budget",
+        pid=42,
+        identity={"rank": 3},
+        first_ts=BASE_NS,
+        last_ts=BASE_NS,
+        ts=BASE_NS,
+        key="k",
+    )
+    corrupt = loss_report(
+        what="corrupt",
+        count=2,
+        reason="corrupt",
+        pid=None,
+        identity={},
+        first_ts=BASE_NS,
+        last_ts=BASE_NS,
+        ts=BASE_NS,
+        key="k2",
+    )
     plain = record(BASE_NS, "dropped 5 records from rank 1 pid 2 between a and b: budget")
     entries, _ = _read(format_records([report, corrupt, plain], "n"))
     assert [(e.loss.what, e.loss.count, e.loss.reason) if e.loss else None for e in entries] == [
-        ("dropped", 12, "budget"), ("corrupt", 2, "corrupt"), None]  # fmt: skip
+        ("dropped", 12, "budget"),
+        ("corrupt", 2, "corrupt"),
+        None,
+    ]
 
 
 def test_malformed_lines_are_named_and_the_rest_read() -> None:

@@ -18,29 +18,48 @@ NS = 1_000_000_000
 BASE_NS = 1_700_000_000 * NS  # a whole second: node-log times keep milliseconds
 
 
-def run_node(tmp: Path, node: str, ranks: range, steps: int, *, otlp_json: bool) -> Path:
-    """Run ``ranks`` of a job on ``node`` and the node's aggregator (its own spool under
-    ``tmp/<node>``) to the end; returns the log directory (``tmp/logs``; OTLP JSON in
-    ``tmp/otlp``)."""
-    env = process_env(tmp / node, node, SLURM_JOB_ID="job1")
-    cmd = [sys.executable, "-m", "nvrx_otel.logging.aggregator", "--log-dir", str(tmp / "logs"),
-           "--wait-file", str(tmp / node / "done"), "--check-interval", "0.05",
-           "--drain-timeout", "30", "--job-id", "job1"]  # fmt: skip
-    if otlp_json:
-        cmd += ["--otlp-json", str(tmp / "otlp")]
-    (tmp / node).mkdir(parents=True, exist_ok=True)
-    agg = spawn(cmd, env=env, stderr=subprocess.PIPE)
-    procs = [
-        spawn([sys.executable, str(RANK_SCRIPT), str(steps)],
-              env={**env, "RANK": str(r), "LOCAL_RANK": str(r - ranks.start)})  # fmt: skip
-        for r in ranks
-    ]
-    for p in procs:
-        assert p.wait(timeout=120) == 0
-    (tmp / node / "done").touch()
-    _, err = agg.communicate(timeout=120)
-    assert agg.returncode == 0, err.decode()
-    return tmp / "logs"
+class Node:
+    """A node of a test job: its aggregator process (own spool under ``tmp/<node>``, node
+    log in ``tmp/logs``, with ``otlp_json`` also ``tmp/otlp/logs_<node>.jsonl``) and its
+    ranks, each running :data:`RANK_SCRIPT`."""
+
+    def __init__(self, tmp: Path, node: str, ranks: range, steps: int, *, otlp_json: bool) -> None:
+        self.done = tmp / node / "done"
+        self.done.parent.mkdir(parents=True, exist_ok=True)
+        env = process_env(tmp / node, node, SLURM_JOB_ID="job1")
+        cmd = [
+            sys.executable,
+            "-m",
+            "nvrx_otel.logging.aggregator",
+            "--log-dir",
+            str(tmp / "logs"),
+            "--wait-file",
+            str(self.done),
+            "--check-interval",
+            "0.05",
+            "--drain-timeout",
+            "30",
+            "--job-id",
+            "job1",
+        ]
+        if otlp_json:
+            cmd += ["--otlp-json", str(tmp / "otlp")]
+        self.agg = spawn(cmd, env=env, stderr=subprocess.PIPE)
+        self.ranks = [
+            spawn(
+                [sys.executable, str(RANK_SCRIPT), str(steps)],
+                env={**env, "RANK": str(r), "LOCAL_RANK": str(r - ranks.start)},
+            )
+            for r in ranks
+        ]
+
+    def finish(self) -> None:
+        """Wait for the ranks, then let the aggregator drain and exit."""
+        for p in self.ranks:
+            assert p.wait(timeout=120) == 0
+        self.done.touch()
+        _, err = self.agg.communicate(timeout=120)
+        assert self.agg.returncode == 0, err.decode()
 
 
 def record(ts_ns: int, msg: str, **fields: Any) -> dict[str, Any]:
@@ -76,13 +95,18 @@ def otlp_line(node: str, rank: int, records: list[tuple[int, str, str]]) -> str:
                     {
                         "scope": {"name": "nvrx"},
                         "logRecords": [
-                            {"timeUnixNano": str(ts), "severityNumber": sev[lvl],
-                             "severityText": lvl, "body": {"stringValue": body},
-                             "attributes": [
-                                 {"key": "code.file.path", "value": {"stringValue": "/x/a.py"}},
-                                 {"key": "code.line.number", "value": {"intValue": "3"}}]}
+                            {
+                                "timeUnixNano": str(ts),
+                                "severityNumber": sev[lvl],
+                                "severityText": lvl,
+                                "body": {"stringValue": body},
+                                "attributes": [
+                                    {"key": "code.file.path", "value": {"stringValue": "/x/a.py"}},
+                                    {"key": "code.line.number", "value": {"intValue": "3"}},
+                                ],
+                            }
                             for ts, lvl, body in records
-                        ],  # fmt: skip
+                        ],
                     }
                 ],
             }
@@ -95,8 +119,11 @@ def logs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     """``nvrx-otel logs ARGS`` as a process whose stdout is a pipe."""
     return subprocess.run(
         [sys.executable, "-m", "nvrx_otel", "logs", *args],
-        capture_output=True, text=True, timeout=120, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def entry(ts_ns: int, text: str = "m", **fields: Any) -> Any:
@@ -104,9 +131,22 @@ def entry(ts_ns: int, text: str = "m", **fields: Any) -> Any:
     from nvrx_otel.view.entry import Entry
 
     values: dict[str, Any] = dict(
-        ts_ns=ts_ns, level="INFO", severity=9, node="n", rank=0, lrank=0, irank=0, ilrank=0,
-        file="f.py", line=1, text=text, trace_id=None, span_id=None, loss=None, path="p",
+        ts_ns=ts_ns,
+        level="INFO",
+        severity=9,
+        node="n",
+        rank=0,
+        lrank=0,
+        irank=0,
+        ilrank=0,
+        file="f.py",
+        line=1,
+        text=text,
+        trace_id=None,
+        span_id=None,
+        loss=None,
+        path="p",
         number=1,
-    )  # fmt: skip
+    )
     values.update(fields)
     return Entry(**values)

@@ -25,7 +25,7 @@ POLL_S: Final = 0.25
 EPILOG: Final = """\
 examples:
   nvrx-otel logs logs/1234/                       # every node of job 1234, in time order
-  nvrx-otel logs logs/1234/ --rank 0-3,7 --level warning --since -10m
+  nvrx-otel logs logs/1234/ --rank 0-3,7 --level warning --since 10m  # 10 min ago
   nvrx-otel logs 'logs/*/nvrx_log_node00*.log' otlp/logs_node001.jsonl --trace 4bf92f35
   nvrx-otel logs logs/1234/ --follow              # and what the aggregators write next
 
@@ -59,25 +59,62 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="file, directory or glob")
-    p.add_argument("--rank", type=_arg(flt.parse_ranks, "ranks"), metavar="R",
-                   help="workload ranks (the launcher's RANK), e.g. 0-3,7")  # fmt: skip
-    p.add_argument("--infra-rank", type=_arg(flt.parse_ranks, "ranks"), metavar="R",
-                   help="infrastructure ranks (infra:), e.g. 0-3,7")  # fmt: skip
-    p.add_argument("--node", action="append", metavar="N",
-                   help="node ids or glob patterns, comma-separated; may be repeated")  # fmt: skip
-    p.add_argument("--level", type=_arg(flt.parse_level, "level"), metavar="L", default=0,
-                   help="minimum level: trace, debug, info, success, warning, error, "
-                   "critical (or an OTel severity number)")  # fmt: skip
-    p.add_argument("--trace", type=_arg(flt.parse_trace, "trace id"), metavar="ID",
-                   help="trace id (or a prefix of one)")  # fmt: skip
-    p.add_argument("--since", type=_arg(flt.parse_time, "time"), metavar="T",
-                   help="from this time on: ISO 8601 or relative (-10m, -2h, -1d)")  # fmt: skip
-    p.add_argument("--until", type=_arg(flt.parse_time, "time"), metavar="T",
-                   help="up to this time: ISO 8601 or relative")  # fmt: skip
-    p.add_argument("-f", "--follow", action="store_true",
-                   help="keep showing what is appended (rotations followed)")  # fmt: skip
-    p.add_argument("--dedup", action=argparse.BooleanOptionalAction, default=True,
-                   help="collapse identical messages within 2 s (default: on)")  # fmt: skip
+    p.add_argument(
+        "--rank",
+        type=_arg(flt.parse_ranks, "ranks"),
+        metavar="R",
+        help="workload ranks (the launcher's RANK), e.g. 0-3,7",
+    )
+    p.add_argument(
+        "--infra-rank",
+        type=_arg(flt.parse_ranks, "ranks"),
+        metavar="R",
+        help="infrastructure ranks (infra:), e.g. 0-3,7",
+    )
+    p.add_argument(
+        "--node",
+        action="append",
+        metavar="N",
+        help="node ids or glob patterns, comma-separated; may be repeated",
+    )
+    p.add_argument(
+        "--level",
+        type=_arg(flt.parse_level, "level"),
+        metavar="L",
+        default=0,
+        help="minimum level: trace, debug, info, success, warning, error, "
+        "critical (or an OTel severity number)",
+    )
+    p.add_argument(
+        "--trace",
+        type=_arg(flt.parse_trace, "trace id"),
+        metavar="ID",
+        help="trace id (or a prefix of one)",
+    )
+    p.add_argument(
+        "--since",
+        type=_arg(flt.parse_time, "time"),
+        metavar="T",
+        help="from this time on: ISO 8601 or that long ago (10m, 2h, 1d; or --since=-10m)",
+    )
+    p.add_argument(
+        "--until",
+        type=_arg(flt.parse_time, "time"),
+        metavar="T",
+        help="up to this time: ISO 8601 or that long ago",
+    )
+    p.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep showing what is appended (rotations followed)",
+    )
+    p.add_argument(
+        "--dedup",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="collapse identical messages within 2 s (default: on)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per record")
     p.set_defaults(func=cmd_logs)
 

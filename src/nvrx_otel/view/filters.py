@@ -3,7 +3,8 @@
 Each parser turns a bad value into a ``ValueError`` whose message names it (argparse
 shows it as a usage error). Times: ISO 8601 (``2024-01-15T10:30``, ``2024-01-15
 10:30:45.5``, with ``Z`` or ``+02:00``; without an offset it is local time, ``TZ``) or
-relative to now (``-10m``, ``90s``, ``2h``, ``1d``: that long ago).
+relative to now (``10m``, ``90s``, ``2h``, ``1d``: that long ago; ``-10m`` the same, written
+``--since=-10m`` on the command line, where a lone ``-10m`` reads as an option).
 """
 
 from __future__ import annotations

@@ -231,3 +231,18 @@ def test_follow_shows_appended_lines_and_the_rotated_log(tmp_path: Path) -> None
         "third",
     ]
     assert lines[0].startswith(local_time(now))
+
+
+def test_a_reader_that_stops_early_ends_it_quietly(tmp_path: Path) -> None:
+    recs = [record(BASE_NS + i * 1_000_000, f"line {i}") for i in range(20_000)]
+    write_log(tmp_path / "nvrx_log_n.log", "n", recs)
+    proc = spawn(
+        [sys.executable, "-m", "nvrx_otel", "logs", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # `| head -1`
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().rstrip().endswith(b"line 0")
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 0
+    assert proc.stderr.read() == b""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from nvrx_otel.view.merge import merge, reorder
 from tests.view.viewkit import entry
 
@@ -31,3 +33,13 @@ def test_hold_limit_bounds_what_is_held() -> None:
     # with at most 10 held, the first out is the smallest of the first 11 read
     assert first.ts_ns == 990
     assert len(list(out)) == 999
+
+
+def test_read_all_gives_every_record_of_the_paths_in_time_order(tmp_path: Path) -> None:
+    from nvrx_otel.view import read_all
+    from tests.view.viewkit import BASE_NS, otlp_line, record, write_log
+
+    write_log(tmp_path / "nvrx_log_a.log", "a", [record(BASE_NS + 2_000_000, "a2")])
+    write_log(tmp_path / "nvrx_log_a.log.1", "a", [record(BASE_NS, "a0")])
+    (tmp_path / "logs_b.jsonl").write_text(otlp_line("b", 1, [(BASE_NS + 1_000_000, "INFO", "b1")]))
+    assert [e.text for e in read_all([str(tmp_path)])] == ["a0", "b1", "a2"]

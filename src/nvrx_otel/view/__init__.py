@@ -9,6 +9,8 @@ with bounded memory, :mod:`.filters` and :mod:`.dedup` narrow and collapse them,
 
 from __future__ import annotations
 
-from nvrx_otel.view.entry import Entry
+from nvrx_otel.view.entry import Entry, Loss
+from nvrx_otel.view.files import PathError
+from nvrx_otel.view.read import read_all
 
-__all__ = ["Entry"]
+__all__ = ["Entry", "Loss", "PathError", "read_all"]

@@ -19,6 +19,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Final
 
@@ -125,7 +126,7 @@ def find_streams(args: list[str]) -> list[Stream]:
             stream = streams.setdefault(key, Stream(kind, key))
             stream.files.append(path)
     for stream in streams.values():
-        stream.files.sort(key=lambda p, k=stream.kind: _order(k, p))  # type: ignore[misc]
+        stream.files.sort(key=partial(_order, stream.kind))
     return list(streams.values())
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Final, TextIO
 
 from nvrx_otel.view.entry import Entry
-from nvrx_otel.view.files import NODE_LOG, Stream, Tail
+from nvrx_otel.view.files import NODE_LOG, Stream, Tail, find_streams
 from nvrx_otel.view.otlpjson import read_otlp_json
 from nvrx_otel.view.sources import NodeLogParser, read_node_log
 
@@ -41,6 +41,16 @@ class Problems:
             print(f"nvrx-otel logs: {text}", file=self.out or sys.stderr, flush=True)
         except (OSError, ValueError):
             pass
+
+
+def read_all(paths: list[str], problems: Problems | None = None) -> Iterator[Entry]:
+    """Every record the paths hold (files, directories, globs), in one time order: what
+    ``nvrx-otel logs`` shows before it filters and collapses. Raises
+    :class:`~nvrx_otel.view.files.PathError` for a path it cannot read."""
+    from nvrx_otel.view.merge import merge
+
+    readers = [StreamReader(s, problems or Problems()) for s in find_streams(paths)]
+    return merge([r.entries() for r in readers])
 
 
 class StreamReader:

@@ -25,7 +25,7 @@ def test_directory_gives_node_logs_and_otlp_logs_with_backups_oldest_first(tmp_p
         "logs_a.jsonl",
         "traces_a.jsonl",
         "logs.jsonl",
-        "logs-2024-01-15T10-30-45.123.jsonl",
+        "logs-2024-01-15T10-30-45.123-size.jsonl",
         "logs-2024-01-14T09-00-00.000.jsonl",
         "metrics.jsonl",
         "notes.txt",
@@ -43,7 +43,7 @@ def test_directory_gives_node_logs_and_otlp_logs_with_backups_oldest_first(tmp_p
             OTLP_JSON,
             [
                 "logs-2024-01-14T09-00-00.000.jsonl",
-                "logs-2024-01-15T10-30-45.123.jsonl",
+                "logs-2024-01-15T10-30-45.123-size.jsonl",
                 "logs.jsonl",
             ],
         ),

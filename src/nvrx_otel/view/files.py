@@ -4,7 +4,7 @@ A path may be a file, a directory or a glob. In a directory (not its subdirector
 view takes the node logs ``nvrx_log_<node>.log`` with their rotated backups ``.1``,
 ``.2``, … and the OTLP/JSON log files ``logs*.jsonl``: the aggregator's
 ``logs_<node>.jsonl`` and the collector file exporter's ``logs.jsonl`` with its rotated
-backups ``logs-<time>.jsonl``. A file named explicitly is read whatever its name
+backups ``logs-<time>-size.jsonl``. A file named explicitly is read whatever its name
 (``*.jsonl`` and ``*.json`` as OTLP/JSON, anything else as a node log).
 
 The files of one log and its backups form one *stream*, read oldest first (``.2``,
@@ -26,8 +26,9 @@ from typing import Final
 NODE_LOG: Final = "nodelog"
 OTLP_JSON: Final = "otlpjson"
 _NODE_LOG_NAME: Final = re.compile(r"(?P<base>nvrx_log_.+\.log)(?:\.(?P<n>\d+))?")
-_STAMP: Final = r"(?:-(?P<stamp>\d{4}-\d\d-\d\dT[\d.-]+))?"
-"""The time the collector's file exporter puts in a rotated backup's name."""
+_STAMP: Final = r"(?:-(?P<stamp>\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d(?:\.\d+)?)(?:-[a-z]+)?)?"
+"""The time (and why: ``-size``) the collector's file exporter puts in a rotated backup's
+name: ``logs-2026-12-01T06-00-03.960-size.jsonl``."""
 _OTLP_NAME: Final = re.compile(rf"(?P<stem>logs[^/]*?){_STAMP}\.jsonl")
 _ANY_OTLP: Final = re.compile(rf"(?P<stem>.+?){_STAMP}\.jsonl?")
 _GLOB_CHARS: Final = re.compile(r"[*?\[]")

@@ -64,6 +64,12 @@ def _scale(quick: bool) -> dict[str, Any]:
     return bench_scale.run()
 
 
+def _logs_view(quick: bool) -> dict[str, Any]:
+    from benchmarks import bench_logs_view
+
+    return bench_logs_view.run(100_000 if quick else 1_000_000)
+
+
 SUITES: dict[str, Callable[[bool], dict[str, Any]]] = {
     "logging": _logging,
     "loguru": _loguru,
@@ -72,6 +78,7 @@ SUITES: dict[str, Callable[[bool], dict[str, Any]]] = {
     "otlp": _otlp,
     "catchup": _catchup,
     "scale": _scale,
+    "logs_view": _logs_view,
 }
 
 

@@ -2,7 +2,8 @@
 
 The layers, lowest first: ``env``/``identity``/``levels``/``record``/``spool`` (and the
 neutral ``nodeline`` grammar), then the front ends ``logging`` and ``tracing``, then the
-``aggregator``. Each test starts a fresh interpreter, so what it counts is what a rank
+``aggregator``. The log view (``view``, the readers of node logs and OTLP JSON) stands on
+the lowest layer alone. Each test starts a fresh interpreter, so what it counts is what a rank
 process would import.
 """
 
@@ -46,6 +47,7 @@ UPPER = {
     "nvrx_otel.logging.leanpath": ("tracing", "aggregator"),
     "nvrx_otel.logging.logflow": ("tracing", "aggregator"),
     "nvrx_otel.tracing": ("logging", "aggregator"),
+    "nvrx_otel.view": ("logging", "tracing", "aggregator"),
 }
 STREAM_MODE_MODULES_MEASURED = 158
 """``sys.modules`` after a stream-mode ``setup_logger()`` and one log call (CPython 3.10+,

@@ -12,6 +12,7 @@ import orjson
 from nvrx_otel import semconv
 from nvrx_otel._version import __version__
 from nvrx_otel.identity import Identity, resolve
+from nvrx_otel.view import cli as view_cli
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -108,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     agg.set_defaults(func=cmd_aggregate, aggregate_args=[])
     lnav = sub.add_parser("lnav-install", help=cmd_lnav_install.__doc__, add_help=False)
     lnav.set_defaults(func=cmd_lnav_install, lnav_args=[])
+    view_cli.register(sub)  # nvrx-otel logs
     return parser
 
 

@@ -1,0 +1,55 @@
+"""The one record type of the log view: what a node-log record and an OTLP log record
+both become."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+LOSS_FILE: Final = "nvrx_aggregator"
+"""The call site the aggregator gives its loss reports (``reports.FILE``)."""
+
+
+@dataclass(frozen=True)
+class Loss:
+    """What a loss report (``dropped <N> records from rank ...``) accounts for."""
+
+    what: str  # "dropped" or "corrupt"
+    count: int
+    reason: str
+
+
+@dataclass(eq=False, slots=True)
+class Entry:
+    """One log record as the view sees it, whichever file it came from.
+
+    ``text`` is the whole message: its first line, then any further lines and the
+    exception's traceback (the node log's continuation lines, without their indent).
+    ``ts_ns`` is ns since the epoch (the node log keeps milliseconds). Unknown fields are
+    ``None``."""
+
+    ts_ns: int
+    level: str
+    severity: int  # OTel severity number; 0 when the level is not a known name
+    node: str | None
+    rank: int | None
+    lrank: int | None
+    irank: int | None
+    ilrank: int | None
+    file: str
+    line: int | None
+    text: str
+    trace_id: str | None
+    span_id: str | None
+    loss: Loss | None
+    path: str  # the file it was read from (one string object per file)
+    number: int  # the number of its (first) line there
+
+    @property
+    def origin(self) -> str:
+        """``<path>:<line number>`` where the record starts."""
+        return f"{self.path}:{self.number}"
+
+    @property
+    def first_line(self) -> str:
+        return self.text.partition("\n")[0]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Final
 
 from nvrx_otel.aggregator import state as st
@@ -196,8 +196,13 @@ class Aggregator(Progress):
             self._deadline = min(self._deadline, now + self.config.drain_timeout)
         self._waker.wake()
 
-    def shutdown(self, timeout: float | None = None) -> None:
-        """Drain (within the drain timeout), stop and wait for the thread to end."""
+    def shutdown(self, timeout: float | None = None, *, unwaited: Iterable[str] = ()) -> None:
+        """Drain (within the drain timeout), stop and wait for the thread to end.
+
+        ``unwaited``: writer ids the drain reads to the end of but does not wait for (the
+        calling process's own, which live on after this)."""
+        if unwaited:
+            self._spool.unwaited = self._spool.unwaited | frozenset(unwaited)
         self.request_stop("shutdown")
         thread = self._thread
         if thread is not None:

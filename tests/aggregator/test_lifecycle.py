@@ -11,13 +11,16 @@ import sys
 import time
 from pathlib import Path
 
+from nvrx_otel.aggregator.health import JOB_MISMATCH_EXIT
 from tests.aggregator.spoolkit import (
     NODE,
+    AggProc,
     FakeWriter,
     cli,
     finish,
     log_path,
     messages,
+    process_env,
     spawn,
     spool_dir,
     started,
@@ -279,9 +282,78 @@ def test_other_jobs_spool_files_are_reported_not_mixed_in(tmp_path: Path) -> Non
     code, err = finish(agg)
     assert code == 0, err
     assert messages(log_path(tmp_path)) == ["belongs to job1"]
-    assert f"{spool_dir(tmp_path, 'job2')} holds 1 spool files" in err
+    assert f"{spool_dir(tmp_path, 'job2')} holds 1 spool file (" in err
     assert "of another job" in err
     assert other.path.exists()  # left alone
+
+
+def _rank_with_run_id(tmp: Path, run_id: str, text: str) -> None:
+    """A rank process started with TORCHELASTIC_RUN_ID: it spools into <root>/<run_id>/."""
+    code = (
+        "from nvrx_otel.logging import setup_logger\n"
+        f"setup_logger(node_local_tmp_dir={str(tmp / 'spool')!r}).info({text!r})\n"
+    )
+    env = process_env(tmp, NODE, TORCHELASTIC_RUN_ID=run_id)
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+
+
+def _aggregator_without_job_id(tmp: Path) -> AggProc:
+    env = process_env(tmp, NODE)
+    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "TORCHELASTIC_RUN_ID"):
+        env.pop(name, None)
+    argv = [sys.executable, "-m", "nvrx_otel.logging.aggregator", "--log-dir", str(tmp / "logs")]
+    argv += ["--wait-file", str(tmp / "done"), "--check-interval", "0.05"]
+    agg = spawn(tmp, argv, env)
+    started(tmp, agg, job="nojob")
+    return agg
+
+
+def test_job_id_mismatch_is_said_at_once_and_exits_non_zero(tmp_path: Path) -> None:
+    """Ranks with TORCHELASTIC_RUN_ID=myrun, an aggregator started without it: it serves
+    nojob and writes nothing. It says so as soon as myrun receives records (not at the next
+    status line, 60 s later), again in the summary, and exits 3."""
+    agg = _aggregator_without_job_id(tmp_path)
+    _rank_with_run_id(tmp_path, "myrun", "lost to the mismatch")
+    myrun = tmp_path / "spool" / "myrun"
+    wait_for(lambda: "is receiving records of another job" in agg.err(), what="mismatch line")
+    line = next(x for x in agg.err().splitlines() if "is receiving records" in x)
+    assert str(myrun) in line and "--job-id myrun" in line and "received none" in line
+    (tmp_path / "done").touch()
+    code, err = finish(agg)
+    assert code == JOB_MISMATCH_EXIT == 3, err
+    summary = err.strip().splitlines()[-1]
+    assert "stopped (wait file)" in summary and "wrote 0 records" in summary
+    assert f"records went to other jobs' spool directories while it ran: {myrun}" in summary
+    assert "exit status 3" in summary
+    assert log_path(tmp_path).parent.exists() and not messages(log_path(tmp_path))
+
+
+def test_job_id_mismatch_with_records_of_its_own_is_said_but_exits_zero(tmp_path: Path) -> None:
+    agg = _aggregator_without_job_id(tmp_path)
+    mine = FakeWriter(tmp_path / "spool" / "nojob")
+    mine.log("mine")
+    mine.close()
+    wait_for(lambda: messages(log_path(tmp_path)) == ["mine"], what="own record")
+    _rank_with_run_id(tmp_path, "myrun", "elsewhere")
+    wait_for(lambda: "is receiving records of another job" in agg.err(), what="mismatch line")
+    (tmp_path / "done").touch()
+    code, err = finish(agg)
+    assert code == 0, err
+    assert "records went to other jobs' spool directories" in err.strip().splitlines()[-1]
+
+
+def test_another_jobs_spool_an_aggregator_serves_is_not_a_mismatch(tmp_path: Path) -> None:
+    other = FakeWriter(spool_dir(tmp_path, "job2"))
+    other.log("job2's own aggregator takes it")
+    (spool_dir(tmp_path, "job2") / ".nvrx_aggregator.lock").write_text(f"{os.getpid()}\n")
+    agg = cli(tmp_path)
+    started(tmp_path, agg)
+    other.log("more for job2")
+    other.close()
+    (tmp_path / "done").touch()
+    code, err = finish(agg)
+    assert code == 0, err
+    assert "is receiving records" not in err and "records went to other jobs'" not in err
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

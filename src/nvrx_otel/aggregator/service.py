@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Final
 from nvrx_otel.aggregator import state as st
 from nvrx_otel.aggregator.commit import Progress
 from nvrx_otel.aggregator.config import AggregatorConfig
-from nvrx_otel.aggregator.health import Health, say
+from nvrx_otel.aggregator.health import JOB_MISMATCH_EXIT, Health, say
 from nvrx_otel.aggregator.ledger import DropLedgers, WakeFifo
 from nvrx_otel.aggregator.lifecycle import (
     AggregatorError,
@@ -56,6 +56,8 @@ __all__ = ["Aggregator", "AggregatorConfig", "AggregatorError", "RecordSink"]
 
 COMMIT_EVERY_S: Final = 1.0
 """While a backlog keeps the loop busy, progress is committed at least this often."""
+OTHER_JOBS_EVERY_S: Final = 1.0
+"""Other jobs' spool directories are looked at every check interval, at most this often."""
 CYCLE_CHUNKS: Final = 16
 """One cycle reads at most this many chunks' worth of bytes, so commits stay frequent."""
 
@@ -162,6 +164,8 @@ class Aggregator(Progress):
             self._defer_metrics()
             self._loop()
             self.exit_code = 1 if self._broken else 0  # records it could not deliver stay
+            if not self.exit_code and self.health.mismatch():
+                self.exit_code = JOB_MISMATCH_EXIT
         except Exception:  # a bug, or storage gone for good: committed progress stays valid
             say("failed:\n" + traceback.format_exc().rstrip())
             self.exit_code = 1
@@ -265,6 +269,7 @@ class Aggregator(Progress):
         status_every = cfg.status_interval if cfg.status_interval > 0 else float("inf")
         next_status = time.monotonic() + status_every
         next_scan = 0.0
+        next_other_scan = time.monotonic() + cfg.check_interval  # open() has just looked
         backlog = announced = False
         told = 0.0  # the drain deadline the sinks were last given
         while True:
@@ -291,6 +296,9 @@ class Aggregator(Progress):
             if backlog or stopping or now >= next_scan or self._fifo.take():
                 self._spool.scan()
                 next_scan = now + cfg.check_interval
+            if now >= next_other_scan:  # soon after the ranks write to another job's spool
+                self._scan_other_jobs()
+                next_other_scan = now + max(cfg.check_interval, OTHER_JOBS_EVERY_S)
             written = self.health.written
             try:
                 backlog = self._cycle()
@@ -435,6 +443,7 @@ class Aggregator(Progress):
             self._commit()
             live = self._spool.live_writers()
             backlog = self._spool.backlog()
+        self._scan_other_jobs()
         say(
             self.health.summary(
                 reason=reason,
@@ -448,5 +457,7 @@ class Aggregator(Progress):
 
     def _status(self) -> None:
         say(self.health.status(backlog=self._spool.backlog(), live=self._spool.live_writers()))
+
+    def _scan_other_jobs(self) -> None:
         for line in self.health.scan_other_jobs(self.config.spool_root, self.job_dir):
             say(line)

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from nvrx_otel.aggregator.health import JOB_MISMATCH_EXIT
 from tests.aggregator.spoolkit import (
     NODE,
@@ -131,7 +133,7 @@ def test_drain_timeout_bounds_the_wait_for_live_writers(tmp_path: Path) -> None:
     w.close()
     assert code == 0, err
     assert 0.4 < elapsed < 5, elapsed
-    assert "1 writers were still running after the 0.5 s drain timeout" in err
+    assert "1 writer was still running after the 0.5 s drain timeout" in err
     assert messages(log_path(tmp_path)) == ["complete"]
 
 
@@ -384,6 +386,72 @@ def test_bad_values_name_the_flag(tmp_path: Path) -> None:
     assert "NVRX_OTEL_HOLD_WINDOW_MS='soon': expected a whole number >= 0" in out.stderr
 
 
+def _one_line_error(out: subprocess.CompletedProcess[str]) -> str:
+    assert out.returncode != 0, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error: " in lines[0], out.stderr  # no usage, no traceback
+    return lines[0]
+
+
+def _base(tmp: Path, log_dir: Path | None = None) -> list[str]:
+    return ["--log-dir", str(log_dir or tmp / "logs"), "--wait-file", str(tmp / "w"),
+            "--spool-dir", str(tmp / "s"), "--drain-timeout", "0"]  # fmt: skip
+
+
+def test_log_dir_that_is_a_file_is_one_line_not_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    out = _run("nvrx_otel.logging.aggregator", *_base(tmp_path, tmp_path / "afile"))
+    line = _one_line_error(out)
+    assert out.returncode == 1 and f"{tmp_path / 'afile'} is not a directory" in line
+
+
+def test_otlp_json_naming_a_file_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    for target in (tmp_path / "afile", tmp_path / "afile" / "below"):
+        out = _run("nvrx_otel.logging.aggregator", *_base(tmp_path), "--otlp-json", str(target))
+        line = _one_line_error(out)
+        assert f"cannot write OTLP/JSON lines to {target}: {tmp_path / 'afile'} is not a" in line
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4318"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:port"),
+        ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "collector/v1/logs"),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "ftp://collector"),
+    ],
+)
+def test_endpoint_variable_that_is_not_a_url_is_refused_at_start(
+    tmp_path: Path, name: str, value: str
+) -> None:
+    """Such an endpoint was retried for ever; now one line names the variable and value."""
+    out = _run("nvrx_otel.logging.aggregator", *_base(tmp_path), env={name: value})
+    line = _one_line_error(out)
+    assert out.returncode == 2 and f"{name}={value!r}: expected an http:// or https:// URL" in line
+
+
+def test_grpc_endpoint_variable_may_be_host_and_port(tmp_path: Path) -> None:
+    from nvrx_otel.aggregator.otlp_transport import resolve
+
+    environ = {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": "node:4317"}
+    assert resolve("logs", environ=environ).endpoint == "node:4317"
+    with pytest.raises(ValueError, match="or host:port for gRPC"):
+        resolve("logs", environ={**environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "node:port"})
+
+
+def test_wait_file_in_a_missing_directory_is_warned_at_start(tmp_path: Path) -> None:
+    wait = tmp_path / "not-yet" / "done"
+    agg = cli(tmp_path, wait_file=wait)
+    started(tmp_path, agg)
+    assert f"the wait file's directory {wait.parent} does not exist" in agg.err()
+    wait.parent.mkdir()
+    wait.touch()  # made later, it still ends the run
+    code, err = finish(agg)
+    assert code == 0, err
+
+
 def test_nvrx_otel_aggregate_is_the_same_command(tmp_path: Path) -> None:
     out = _run("nvrx_otel.cli", "aggregate", "--help")
     assert out.returncode == 0
@@ -425,7 +493,7 @@ def test_status_lines_and_final_summary_on_stderr(tmp_path: Path) -> None:
     )
     assert re.search(
         r"status: lag \d+\.\d s, backlog 28 B, \d+ records/s, 2 written, 0 dropped, "
-        r"1 corrupt, 1 writers \(1 live\)$",
+        r"1 corrupt, 1 writer \(1 live\)$",
         line,
     ), line
     w.close()
@@ -434,6 +502,6 @@ def test_status_lines_and_final_summary_on_stderr(tmp_path: Path) -> None:
     assert code == 0, err
     assert re.search(
         r"stopped \(wait file\) after \d+\.\d s: wrote 3 records to .*nvrx_log_testnode\.log "
-        r"\(\d+ records/s\); reported 0 dropped and 2 corrupt records; 1 writers$",
+        r"\(\d+ records/s\); reported 0 dropped and 2 corrupt records; 1 writer$",
         err.rstrip("\n").splitlines()[-1],
     ), err

@@ -109,7 +109,7 @@ class Health:
         return (
             f"status: lag {max(lag, 0.0):.1f} s, backlog {human_bytes(backlog)}, "
             f"{self.rate():.0f} records/s, {self.written} written, {self.dropped} dropped, "
-            f"{self.corrupt} corrupt, {len(self.writers)} writers ({live} live)"
+            f"{self.corrupt} corrupt, {plural(len(self.writers), 'writer')} ({live} live)"
         )
 
     def summary(
@@ -124,13 +124,14 @@ class Health:
     ) -> str:
         elapsed = max(time.monotonic() - self.started, 1e-9)
         text = (
-            f"stopped ({reason}) after {elapsed:.1f} s: wrote {self.written} records to "
-            f"{log_path} ({self.written / elapsed:.0f} records/s); reported {self.dropped} "
-            f"dropped and {self.corrupt} corrupt records; {len(self.writers)} writers"
+            f"stopped ({reason}) after {elapsed:.1f} s: wrote {plural(self.written, 'record')} "
+            f"to {log_path} ({self.written / elapsed:.0f} records/s); reported {self.dropped} "
+            f"dropped and {self.corrupt} corrupt records; {plural(len(self.writers), 'writer')}"
         )
         if live:
             text += (
-                f"; {live} writers were still running after the {drain:g} s drain timeout: "
+                f"; {plural(live, 'writer')} {'was' if live == 1 else 'were'} still running "
+                f"after the {drain:g} s drain timeout: "
                 f"what they write next stays in {job_dir} for the next aggregator"
             )
         if backlog:

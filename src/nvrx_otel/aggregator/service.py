@@ -21,6 +21,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from nvrx_otel.aggregator import state as st
@@ -60,6 +61,15 @@ OTHER_JOBS_EVERY_S: Final = 1.0
 """Other jobs' spool directories are looked at every check interval, at most this often."""
 CYCLE_CHUNKS: Final = 16
 """One cycle reads at most this many chunks' worth of bytes, so commits stay frequent."""
+
+
+def not_a_directory(path: Path) -> Path | None:
+    """``path`` or the nearest existing directory above it, when that exists as something
+    other than a directory (a file named as the log directory)."""
+    for p in (path, *path.parents):
+        if p.exists():
+            return None if p.is_dir() else p
+    return None
 
 
 class Aggregator(Progress):
@@ -131,6 +141,11 @@ class Aggregator(Progress):
             return
         # first: a wait file made after this (or after since_ns) is fresh
         self._wait = WaitFile(self.config.wait_file, self.config.since_ns)
+        blocked = not_a_directory(self.log_path.parent)
+        if blocked is not None:
+            raise AggregatorError(
+                f"cannot write the node log {self.log_path}: {blocked} is not a directory"
+            )
         try:
             self._make_job_dir()
         except SpoolPathError as exc:
@@ -143,6 +158,13 @@ class Aggregator(Progress):
             if isinstance(exc, OSError):
                 raise AggregatorError(f"cannot resume from {self.job_dir}: {exc}") from None
             raise
+        wait_dir = self.config.wait_file.parent if self.config.wait_file is not None else None
+        if wait_dir is not None and not wait_dir.is_dir():
+            what = "is not a directory" if wait_dir.exists() else "does not exist"
+            say(
+                f"the wait file's directory {wait_dir} {what}: {self.config.wait_file} cannot "
+                "appear until it is made (SIGTERM or SIGINT stop this aggregator meanwhile)"
+            )
         if self._wait.stale is not None:
             say(
                 f"wait file {self.config.wait_file} is older than this aggregator: "

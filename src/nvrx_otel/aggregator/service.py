@@ -119,6 +119,7 @@ class Aggregator(Progress):
         self._fifo = WakeFifo(self.job_dir, self._waker.wake)
         self._opened = False
         self._resume_error = ""  # the last reason a resume failed (said once)
+        self._write_error = ""  # the last write or commit error, until a cycle succeeds
         self._deadline = float("inf")
         self._follow = False  # a wait-file drain: goes on while writers still write
         self._thread: threading.Thread | None = None
@@ -325,10 +326,18 @@ class Aggregator(Progress):
             try:
                 backlog = self._cycle()
             except OSError as exc:
-                say(f"cannot write the node log or commit: {exc}; resuming from the last commit")
+                message = (
+                    f"cannot write the node log or commit: {exc}; resuming from the last commit"
+                )
+                if message == self._write_error:  # the same again: said once, retried calmly
+                    self._waker.sleep(min(cfg.check_interval, max(self._deadline - now, 0.0)))
+                else:
+                    say(message)
+                    self._write_error = message
                 self._broken = True
                 backlog = False
                 continue
+            self._write_error = ""
             now = time.monotonic()
             if self._follow and self.health.written != written:
                 self._deadline = max(self._deadline, now + cfg.drain_timeout)

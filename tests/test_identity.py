@@ -130,6 +130,42 @@ def test_malformed_value_lenient_is_unknown_and_reported(
     assert err.count("\n") == 1
 
 
+BEYOND_64_BITS = str(2**64 + 5)
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID")
+
+
+@pytest.mark.parametrize("name", RANK_VARIABLES)
+def test_rank_beyond_64_bits_is_unknown_and_reported(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No record could carry such a rank: it is unknown, named once on stderr."""
+    got = resolve({name: BEYOND_64_BITS}, host_name=HOST)
+    assert got.workload_rank is None and got.workload_local_rank is None
+    assert got.infra_rank is None and got.infra_local_rank is None
+    err = capsys.readouterr().err
+    assert f"{name}='{BEYOND_64_BITS}'" in err and "64 bits" in err and err.count("\n") == 1
+    with pytest.raises(ValueError, match="fits in 64 bits"):
+        resolve({name: BEYOND_64_BITS}, strict=True)
+
+
+def test_array_infra_rank_beyond_64_bits_is_unknown_and_reported(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    environ = {"SLURM_PROCID": "1", "SLURM_ARRAY_JOB_ID": "10",
+               "SLURM_ARRAY_TASK_ID": str(2**62), "SLURM_NNODES": "4"}  # fmt: skip
+    got = resolve(environ, host_name=HOST)
+    assert got.infra_rank is None and got.array_task_id == 2**62
+    assert "does not fit in 64 bits" in capsys.readouterr().err
+
+
+def test_override_beyond_64_bits_is_unknown_and_reported(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    got = resolve({}, host_name=HOST, workload_rank=2**70, world_size=8)
+    assert got.workload_rank is None and got.world_size == 8
+    assert "set_identity(workload_rank=...)" in capsys.readouterr().err
+
+
 def test_malformed_first_choice_does_not_fall_through() -> None:
     """A present-but-bad RANK is unknown; it does not silently take OMPI's value instead."""
     got = resolve({"RANK": "x", "OMPI_COMM_WORLD_RANK": "4"}, host_name=HOST)

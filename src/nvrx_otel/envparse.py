@@ -36,14 +36,21 @@ def parse_flag(name: str, value: str) -> bool:
     raise ValueError(f"{name}={value!r}: expected one of 1/true/yes/on or 0/false/no/off")
 
 
+INT64_MAX: Final = 2**63 - 1
+"""The largest whole number a setting may hold: records and OTLP carry signed 64-bit
+integers, so a larger rank or size could not be written anywhere."""
+
+
 def parse_nonneg_int(name: str, value: str) -> int:
-    """A whole number >= 0 (ranks, sizes, ids)."""
+    """A whole number from 0 to :data:`INT64_MAX` (ranks, sizes, ids)."""
     try:
         n = int(value.strip(), 10)
-    except ValueError:
+    except ValueError:  # not a number, or more digits than Python converts
         raise ValueError(f"{name}={value!r}: expected a whole number >= 0") from None
     if n < 0:
         raise ValueError(f"{name}={value!r}: expected a whole number >= 0")
+    if n > INT64_MAX:
+        raise ValueError(f"{name}={value!r}: expected a whole number >= 0 that fits in 64 bits")
     return n
 
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 from opentelemetry.util.types import AttributeValue
 
 from nvrx_otel import env, semconv
+from nvrx_otel.envparse import INT64_MAX, warn_once
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
@@ -192,7 +193,9 @@ def resolve(
     nnodes = _first_int(e, (env.SLURM_NNODES, env.SLURM_JOB_NUM_NODES), strict)
     infra_rank = procid
     if task is not None and nnodes is not None and procid is not None:
-        infra_rank = task * nnodes + procid
+        infra_rank = _in_range(
+            f"{env.SLURM_ARRAY_TASK_ID} x node count + {env.SLURM_PROCID}", task * nnodes + procid
+        )
     array_job = _text(e, env.SLURM_ARRAY_JOB_ID, strict)
     if array_job is not None and task is not None:
         job_id: str | None = f"{array_job}_{task}"
@@ -226,7 +229,22 @@ def resolve(
     unknown = set(overrides) - _OVERRIDABLE
     if unknown:
         raise TypeError(f"set_identity() got unknown fields: {', '.join(sorted(unknown))}")
-    return replace(ident, **overrides) if overrides else ident
+    if not overrides:
+        return ident
+    checked: dict[str, Any] = {
+        k: _in_range(f"set_identity({k}=...)", v) if isinstance(v, int) else v
+        for k, v in overrides.items()
+    }
+    return replace(ident, **checked)
+
+
+def _in_range(what: str, value: int) -> int | None:
+    """``value`` when records can carry it (a signed 64-bit integer), else unknown: a
+    rank no record could hold is reported once, never raised into training."""
+    if -INT64_MAX - 1 <= value <= INT64_MAX:
+        return value
+    warn_once(f"{what} = {value} does not fit in 64 bits; {_CONSEQUENCE}")
+    return None
 
 
 # --- the per-process value -----------------------------------------------------------------

@@ -3,6 +3,7 @@ en_chrono_ord)`` with ``start_aggregator()`` / ``shutdown()``."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,29 @@ def test_node_log_aggregator_runs_in_a_thread_until_shutdown(
         assert "[cnode]" in out.read_text()
     finally:
         clear_identity()
+
+
+def test_shutdown_in_a_process_that_logs_itself_does_not_wait_for_its_own_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The calling process's own writer lives on after shutdown; waiting for it to end
+    meant the whole drain timeout (20 s). Its records all reach the node log."""
+    monkeypatch.setenv("NVRX_OTEL_NODE_ID", "cnode")
+    clear_identity()
+    from nvrx_otel.logging import NodeLogAggregator, setup_logger
+
+    spool = tmp_path / "spool"
+    log = setup_logger(node_local_tmp_dir=str(spool))
+    agg = NodeLogAggregator(str(tmp_path / "logs"), str(spool), "node.log", 1, False)
+    assert agg.aggregator.config.drain_timeout >= 20
+    agg.start_aggregator()
+    for i in range(200):
+        log.info("own record %d", i)
+    started = time.monotonic()
+    agg.shutdown()
+    took = time.monotonic() - started
+    out = tmp_path / "logs" / "node.log"
+    assert messages(out) == [f"own record {i}" for i in range(200)]
+    assert took < agg.aggregator.config.drain_timeout / 2, f"shutdown took {took:.1f} s"
+    log.info("after shutdown")  # the writer goes on; the next aggregator takes it
+    assert any(b"after shutdown" in p.read_bytes() for p in (spool / "nojob").glob("*.jsonl"))

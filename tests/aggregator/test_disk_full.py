@@ -116,6 +116,31 @@ def test_node_log_and_spool_both_full_exits_with_status_1(tmp_path: Path) -> Non
     assert "exit status 1" in err, err
 
 
+def test_node_log_full_says_so_once_and_exits_with_status_1(tmp_path: Path) -> None:
+    """Each resume met the same full disk at once: the error and the cut were said
+    hundreds of times a second, as fast as the loop went round."""
+    with tmpfs(tmp_path / "logs", "1m"):
+        _fill(tmp_path / "logs")
+        w = FakeWriter(spool_dir(tmp_path))
+        for i in range(100):
+            w.log(f"record {i} " + "x" * 100)
+        w.close()
+        agg = cli(tmp_path, "--drain-timeout", "2")
+        try:
+            started(tmp_path, agg)
+            wait_for(lambda: "cannot write the node log" in agg.err(), what="the write error")
+            (tmp_path / "done").touch()
+            code, err = finish(agg, timeout=60)
+        finally:
+            if agg.poll() is None:
+                agg.kill()
+                agg.wait()
+    assert code == 1, err
+    assert err.count("cannot write the node log or commit") == 1, err
+    assert "uncommitted bytes" not in err and "exit status 1" in err.splitlines()[-1]
+    assert len(list(spool_dir(tmp_path).glob("*.jsonl"))) == 1  # the records stay
+
+
 def _fill(directory: Path) -> Path:
     filler = directory / "filler"
     with filler.open("wb") as f:

@@ -11,13 +11,18 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from nvrx_otel.aggregator.health import JOB_MISMATCH_EXIT
 from tests.aggregator.spoolkit import (
     NODE,
+    AggProc,
     FakeWriter,
     cli,
     finish,
     log_path,
     messages,
+    process_env,
     spawn,
     spool_dir,
     started,
@@ -128,7 +133,7 @@ def test_drain_timeout_bounds_the_wait_for_live_writers(tmp_path: Path) -> None:
     w.close()
     assert code == 0, err
     assert 0.4 < elapsed < 5, elapsed
-    assert "1 writers were still running after the 0.5 s drain timeout" in err
+    assert "1 writer was still running after the 0.5 s drain timeout" in err
     assert messages(log_path(tmp_path)) == ["complete"]
 
 
@@ -279,9 +284,78 @@ def test_other_jobs_spool_files_are_reported_not_mixed_in(tmp_path: Path) -> Non
     code, err = finish(agg)
     assert code == 0, err
     assert messages(log_path(tmp_path)) == ["belongs to job1"]
-    assert f"{spool_dir(tmp_path, 'job2')} holds 1 spool files" in err
+    assert f"{spool_dir(tmp_path, 'job2')} holds 1 spool file (" in err
     assert "of another job" in err
     assert other.path.exists()  # left alone
+
+
+def _rank_with_run_id(tmp: Path, run_id: str, text: str) -> None:
+    """A rank process started with TORCHELASTIC_RUN_ID: it spools into <root>/<run_id>/."""
+    code = (
+        "from nvrx_otel.logging import setup_logger\n"
+        f"setup_logger(node_local_tmp_dir={str(tmp / 'spool')!r}).info({text!r})\n"
+    )
+    env = process_env(tmp, NODE, TORCHELASTIC_RUN_ID=run_id)
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+
+
+def _aggregator_without_job_id(tmp: Path) -> AggProc:
+    env = process_env(tmp, NODE)
+    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "TORCHELASTIC_RUN_ID"):
+        env.pop(name, None)
+    argv = [sys.executable, "-m", "nvrx_otel.logging.aggregator", "--log-dir", str(tmp / "logs")]
+    argv += ["--wait-file", str(tmp / "done"), "--check-interval", "0.05"]
+    agg = spawn(tmp, argv, env)
+    started(tmp, agg, job="nojob")
+    return agg
+
+
+def test_job_id_mismatch_is_said_at_once_and_exits_non_zero(tmp_path: Path) -> None:
+    """Ranks with TORCHELASTIC_RUN_ID=myrun, an aggregator started without it: it serves
+    nojob and writes nothing. It says so as soon as myrun receives records (not at the next
+    status line, 60 s later), again in the summary, and exits 3."""
+    agg = _aggregator_without_job_id(tmp_path)
+    _rank_with_run_id(tmp_path, "myrun", "lost to the mismatch")
+    myrun = tmp_path / "spool" / "myrun"
+    wait_for(lambda: "is receiving records of another job" in agg.err(), what="mismatch line")
+    line = next(x for x in agg.err().splitlines() if "is receiving records" in x)
+    assert str(myrun) in line and "--job-id myrun" in line and "received none" in line
+    (tmp_path / "done").touch()
+    code, err = finish(agg)
+    assert code == JOB_MISMATCH_EXIT == 3, err
+    summary = err.strip().splitlines()[-1]
+    assert "stopped (wait file)" in summary and "wrote 0 records" in summary
+    assert f"records went to other jobs' spool directories while it ran: {myrun}" in summary
+    assert "exit status 3" in summary
+    assert log_path(tmp_path).parent.exists() and not messages(log_path(tmp_path))
+
+
+def test_job_id_mismatch_with_records_of_its_own_is_said_but_exits_zero(tmp_path: Path) -> None:
+    agg = _aggregator_without_job_id(tmp_path)
+    mine = FakeWriter(tmp_path / "spool" / "nojob")
+    mine.log("mine")
+    mine.close()
+    wait_for(lambda: messages(log_path(tmp_path)) == ["mine"], what="own record")
+    _rank_with_run_id(tmp_path, "myrun", "elsewhere")
+    wait_for(lambda: "is receiving records of another job" in agg.err(), what="mismatch line")
+    (tmp_path / "done").touch()
+    code, err = finish(agg)
+    assert code == 0, err
+    assert "records went to other jobs' spool directories" in err.strip().splitlines()[-1]
+
+
+def test_another_jobs_spool_an_aggregator_serves_is_not_a_mismatch(tmp_path: Path) -> None:
+    other = FakeWriter(spool_dir(tmp_path, "job2"))
+    other.log("job2's own aggregator takes it")
+    (spool_dir(tmp_path, "job2") / ".nvrx_aggregator.lock").write_text(f"{os.getpid()}\n")
+    agg = cli(tmp_path)
+    started(tmp_path, agg)
+    other.log("more for job2")
+    other.close()
+    (tmp_path / "done").touch()
+    code, err = finish(agg)
+    assert code == 0, err
+    assert "is receiving records" not in err and "records went to other jobs'" not in err
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -310,6 +384,72 @@ def test_bad_values_name_the_flag(tmp_path: Path) -> None:
     out = _run("nvrx_otel.logging.aggregator", *base, env={"NVRX_OTEL_HOLD_WINDOW_MS": "soon"})
     assert out.returncode == 2
     assert "NVRX_OTEL_HOLD_WINDOW_MS='soon': expected a whole number >= 0" in out.stderr
+
+
+def _one_line_error(out: subprocess.CompletedProcess[str]) -> str:
+    assert out.returncode != 0, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error: " in lines[0], out.stderr  # no usage, no traceback
+    return lines[0]
+
+
+def _base(tmp: Path, log_dir: Path | None = None) -> list[str]:
+    return ["--log-dir", str(log_dir or tmp / "logs"), "--wait-file", str(tmp / "w"),
+            "--spool-dir", str(tmp / "s"), "--drain-timeout", "0"]  # fmt: skip
+
+
+def test_log_dir_that_is_a_file_is_one_line_not_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    out = _run("nvrx_otel.logging.aggregator", *_base(tmp_path, tmp_path / "afile"))
+    line = _one_line_error(out)
+    assert out.returncode == 1 and f"{tmp_path / 'afile'} is not a directory" in line
+
+
+def test_otlp_json_naming_a_file_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    for target in (tmp_path / "afile", tmp_path / "afile" / "below"):
+        out = _run("nvrx_otel.logging.aggregator", *_base(tmp_path), "--otlp-json", str(target))
+        line = _one_line_error(out)
+        assert f"cannot write OTLP/JSON lines to {target}: {tmp_path / 'afile'} is not a" in line
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4318"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:port"),
+        ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "collector/v1/logs"),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "ftp://collector"),
+    ],
+)
+def test_endpoint_variable_that_is_not_a_url_is_refused_at_start(
+    tmp_path: Path, name: str, value: str
+) -> None:
+    """Such an endpoint was retried for ever; now one line names the variable and value."""
+    out = _run("nvrx_otel.logging.aggregator", *_base(tmp_path), env={name: value})
+    line = _one_line_error(out)
+    assert out.returncode == 2 and f"{name}={value!r}: expected an http:// or https:// URL" in line
+
+
+def test_grpc_endpoint_variable_may_be_host_and_port(tmp_path: Path) -> None:
+    from nvrx_otel.aggregator.otlp_transport import resolve
+
+    environ = {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": "node:4317"}
+    assert resolve("logs", environ=environ).endpoint == "node:4317"
+    with pytest.raises(ValueError, match="or host:port for gRPC"):
+        resolve("logs", environ={**environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "node:port"})
+
+
+def test_wait_file_in_a_missing_directory_is_warned_at_start(tmp_path: Path) -> None:
+    wait = tmp_path / "not-yet" / "done"
+    agg = cli(tmp_path, wait_file=wait)
+    started(tmp_path, agg)
+    assert f"the wait file's directory {wait.parent} does not exist" in agg.err()
+    wait.parent.mkdir()
+    wait.touch()  # made later, it still ends the run
+    code, err = finish(agg)
+    assert code == 0, err
 
 
 def test_nvrx_otel_aggregate_is_the_same_command(tmp_path: Path) -> None:
@@ -353,7 +493,7 @@ def test_status_lines_and_final_summary_on_stderr(tmp_path: Path) -> None:
     )
     assert re.search(
         r"status: lag \d+\.\d s, backlog 28 B, \d+ records/s, 2 written, 0 dropped, "
-        r"1 corrupt, 1 writers \(1 live\)$",
+        r"1 corrupt, 1 writer \(1 live\)$",
         line,
     ), line
     w.close()
@@ -362,6 +502,6 @@ def test_status_lines_and_final_summary_on_stderr(tmp_path: Path) -> None:
     assert code == 0, err
     assert re.search(
         r"stopped \(wait file\) after \d+\.\d s: wrote 3 records to .*nvrx_log_testnode\.log "
-        r"\(\d+ records/s\); reported 0 dropped and 2 corrupt records; 1 writers$",
+        r"\(\d+ records/s\); reported 0 dropped and 2 corrupt records; 1 writer$",
         err.rstrip("\n").splitlines()[-1],
     ), err

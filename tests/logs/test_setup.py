@@ -255,6 +255,21 @@ def test_malformed_env_never_breaks_setup(tmp_path: Path, monkeypatch: pytest.Mo
     assert [r["msg"] for r in log_records(tmp_path)] == ["fine"]
 
 
+@pytest.mark.parametrize("name", ["RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID"])
+def test_rank_beyond_64_bits_never_breaks_setup_nor_drops_records(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Such a rank once reached the spool's packer and raised TypeError there."""
+    monkeypatch.setenv(name, str(2**64 + 5))
+    log = setup_logger(node_local_tmp_dir=str(tmp_path))
+    log.info("fine")
+    log.info("%s", "x" * 200_000)  # a record past the file size: the slow path packs too
+    first, _big = log_records(tmp_path)
+    assert first["msg"] == "fine" and "rank" not in first and "irank" not in first
+    err = capsys.readouterr().err
+    assert f"{name}='{2**64 + 5}'" in err and "TypeError" not in err
+
+
 def test_disabled_turns_spooling_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NVRX_OTEL_DISABLED", "1")
     log = setup_logger(node_local_tmp_dir=str(tmp_path))

@@ -162,8 +162,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = DEFAULT_PROG) -> int:
         )
         aggregator = Aggregator(config)
         aggregator.open()
-    except ValueError as exc:
-        parser.error(str(exc))
+    except ValueError as exc:  # a malformed variable: one line naming it and its value
+        tell(f"{prog}: error: {exc}")
+        return 2
     except AggregatorError as exc:
         tell(f"{prog}: error: {exc}")
         return 1

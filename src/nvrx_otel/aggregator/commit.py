@@ -86,10 +86,11 @@ class Progress:
                 deleted = lp.rotating.deleted
             elif self._log.ino == lp.ino:
                 if self._log.length > lp.length:
-                    say(
-                        f"cutting {self._log.length - lp.length} uncommitted bytes from "
-                        f"{self.log_path}: their records are written again"
-                    )
+                    if not self._broken:  # a resume after a write error has said so
+                        say(
+                            f"cutting {self._log.length - lp.length} uncommitted bytes from "
+                            f"{self.log_path}: their records are written again"
+                        )
                     self._log.truncate(lp.length)
                 elif self._log.length < lp.length:
                     say(

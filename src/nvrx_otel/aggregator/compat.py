@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nvrx_otel.aggregator.service import Aggregator, AggregatorConfig
+from nvrx_otel.spool.registry import flush_own_writers
 
 
 class NodeLogAggregator:
@@ -44,7 +45,10 @@ class NodeLogAggregator:
         self._started = True
 
     def shutdown(self) -> None:
-        """Drain (within the drain timeout), write what is left and stop the thread."""
+        """Drain (within the drain timeout), write what is left and stop the thread.
+
+        This process's own spool writers (``setup_logger`` in the same process) are
+        flushed and read to their end, not waited for: they live on after this."""
         if self._started:
-            self._aggregator.shutdown()
+            self._aggregator.shutdown(unwaited=flush_own_writers())
             self._started = False

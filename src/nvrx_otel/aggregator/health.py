@@ -4,14 +4,20 @@ and the spool directories of other jobs it leaves alone."""
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
-from nvrx_otel.spool.paths import parse_name
+from nvrx_otel.spool.paths import LOCK_NAME, parse_name
 
 PREFIX = "nvrx-otel aggregate"
+
+JOB_MISMATCH_EXIT: Final = 3
+"""The exit status when the aggregator wrote nothing while another job's spool directory
+under the same root, served by no running aggregator, received records."""
 
 
 def say(message: str) -> None:
@@ -85,6 +91,8 @@ class Health:
     last_ts: int = 0  # timestamp of the last record written
     writers: set[str] = field(default_factory=set)
     other_jobs: dict[str, tuple[int, int]] = field(default_factory=dict)  # dir -> files, bytes
+    receiving: set[str] = field(default_factory=set)  # other jobs' dirs that got records
+    _scanned_other_jobs: bool = False
     _mark_time: float = field(default_factory=time.monotonic)
     _mark_written: int = 0
 
@@ -101,7 +109,7 @@ class Health:
         return (
             f"status: lag {max(lag, 0.0):.1f} s, backlog {human_bytes(backlog)}, "
             f"{self.rate():.0f} records/s, {self.written} written, {self.dropped} dropped, "
-            f"{self.corrupt} corrupt, {len(self.writers)} writers ({live} live)"
+            f"{self.corrupt} corrupt, {plural(len(self.writers), 'writer')} ({live} live)"
         )
 
     def summary(
@@ -116,13 +124,14 @@ class Health:
     ) -> str:
         elapsed = max(time.monotonic() - self.started, 1e-9)
         text = (
-            f"stopped ({reason}) after {elapsed:.1f} s: wrote {self.written} records to "
-            f"{log_path} ({self.written / elapsed:.0f} records/s); reported {self.dropped} "
-            f"dropped and {self.corrupt} corrupt records; {len(self.writers)} writers"
+            f"stopped ({reason}) after {elapsed:.1f} s: wrote {plural(self.written, 'record')} "
+            f"to {log_path} ({self.written / elapsed:.0f} records/s); reported {self.dropped} "
+            f"dropped and {self.corrupt} corrupt records; {plural(len(self.writers), 'writer')}"
         )
         if live:
             text += (
-                f"; {live} writers were still running after the {drain:g} s drain timeout: "
+                f"; {plural(live, 'writer')} {'was' if live == 1 else 'were'} still running "
+                f"after the {drain:g} s drain timeout: "
                 f"what they write next stays in {job_dir} for the next aggregator"
             )
         if backlog:
@@ -131,11 +140,31 @@ class Health:
             text += (
                 f"; left alone: spool files of other jobs in {', '.join(sorted(self.other_jobs))}"
             )
+        if self.receiving:
+            text += (
+                f"; records went to other jobs' spool directories while it ran: "
+                f"{', '.join(sorted(self.receiving))}"
+            )
+            if self.mismatch():
+                text += (
+                    f" and none to its own (exit status {JOB_MISMATCH_EXIT}): the ranks' job id "
+                    "is not this aggregator's"
+                )
         return text
 
+    def mismatch(self) -> bool:
+        """This aggregator wrote nothing while another job's spool directory under the
+        same root, which no running aggregator serves, received records: the ranks' job id
+        is not this aggregator's."""
+        return self.written == 0 and bool(self.receiving)
+
     def scan_other_jobs(self, root: Path, own: Path) -> list[str]:
-        """New directories under the spool root holding other jobs' spool files."""
+        """Lines about the other jobs' directories under the spool root: one for each that
+        holds spool files when first seen, and one, at once, for each that receives records
+        while this aggregator runs and no running aggregator serves it."""
         found: list[str] = []
+        first_scan = not self._scanned_other_jobs
+        self._scanned_other_jobs = True
         try:
             entries = list(os.scandir(root))
         except OSError:
@@ -151,11 +180,56 @@ class Health:
                         size += sub.stat(follow_symlinks=False).st_size
             except OSError:
                 continue
-            if files and entry.path not in self.other_jobs:
+            if not files:
+                continue
+            seen = self.other_jobs.get(entry.path)
+            self.other_jobs[entry.path] = (files, size)
+            grew = not first_scan if seen is None else (files > seen[0] or size > seen[1])
+            if grew and entry.path not in self.receiving and not _served(Path(entry.path)):
+                self.receiving.add(entry.path)
+                none = ", which has received none so far" if self.written == 0 else ""
+                held = f"{plural(files, 'spool file')}, {human_bytes(size)}"
                 found.append(
-                    f"{entry.path} holds {files} spool files ({human_bytes(size)}) of another "
-                    f"job; this aggregator serves {own} and leaves them alone"
+                    f"{entry.path} is receiving records of another job ({held}) while this "
+                    f"aggregator serves {own}{none}: the ranks' job id (SLURM_JOB_ID, "
+                    f"TORCHELASTIC_RUN_ID, ...) is not this aggregator's; start it with "
+                    f"--job-id {entry.name} or the ranks' environment"
                 )
-            if files:
-                self.other_jobs[entry.path] = (files, size)
+            elif seen is None:
+                found.append(
+                    f"{entry.path} holds {plural(files, 'spool file')} ({human_bytes(size)}) of "
+                    f"another job; this aggregator serves {own} and leaves them alone"
+                )
         return found
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 writer``, ``2 writers``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _served(job_dir: Path) -> bool:
+    """Whether a running aggregator serves ``job_dir`` (its lock file names a live
+    process; the lock itself is never touched: taking it would stop that one starting)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # no FIFO, no link
+    try:
+        fd = os.open(job_dir / LOCK_NAME, flags)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        text = os.read(fd, 32).decode("ascii", "replace").strip()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    if not text.isdigit():
+        return False
+    try:
+        os.kill(int(text), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: it exists
+        return True
+    return True

@@ -93,6 +93,8 @@ class DropLedgers:
                 continue
             writer = m["writer"]
             files = groups.get(writer, [])  # parked ones (no descriptor) too
+            if writer in spool.unwaited:
+                continue  # lives on after this aggregator (its flushed drops are read)
             if not _all_read(files, on_disk.get(writer, set()), spool):
                 waiting += 1
                 continue

@@ -15,6 +15,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from nvrx_otel import env
 
@@ -77,9 +78,10 @@ def resolve(
     if base_endpoint:
         endpoint = _signal_url(base_endpoint, signal, protocol)
     elif e.get(specific_name, "").strip():
-        endpoint = e[specific_name].strip()  # used as is, per the specification
+        endpoint = _checked_url(specific_name, e[specific_name], protocol)  # used as is
     elif e.get(env.OTEL_EXPORTER_OTLP_ENDPOINT, "").strip():
-        endpoint = _signal_url(e[env.OTEL_EXPORTER_OTLP_ENDPOINT].strip(), signal, protocol)
+        name = env.OTEL_EXPORTER_OTLP_ENDPOINT
+        endpoint = _signal_url(_checked_url(name, e[name], protocol), signal, protocol)
     else:
         default = "http://localhost:4317" if protocol == "grpc" else "http://localhost:4318"
         endpoint = _signal_url(default, signal, protocol)
@@ -101,6 +103,24 @@ def resolve(
         compression=compression,
         timeout=timeout or 10.0,
     )
+
+
+def _checked_url(name: str, value: str, protocol: str) -> str:
+    """``value`` of variable ``name`` stripped, if it is an http:// or https:// URL with a
+    host (for gRPC also a bare ``host:port``); else ValueError naming both: an endpoint no
+    request can reach is refused at the start, not retried for ever."""
+    text = value.strip()
+    bare = protocol == "grpc" and "://" not in text
+    try:
+        url = urlsplit(f"//{text}" if bare else text)
+        ok = (bare or url.scheme in ("http", "https")) and bool(url.hostname)
+        url.port  # noqa: B018  # raises ValueError for a port that is not a number
+    except ValueError:
+        ok = False
+    if not ok or any(c.isspace() for c in text):
+        also = " (or host:port for gRPC)" if protocol == "grpc" else ""
+        raise ValueError(f"{name}={value!r}: expected an http:// or https:// URL{also}")
+    return text
 
 
 def _signal_url(base: str, signal: str, protocol: str) -> str:

@@ -20,13 +20,14 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from nvrx_otel.aggregator import state as st
 from nvrx_otel.aggregator.commit import Progress
 from nvrx_otel.aggregator.config import AggregatorConfig
-from nvrx_otel.aggregator.health import Health, say
+from nvrx_otel.aggregator.health import JOB_MISMATCH_EXIT, Health, say
 from nvrx_otel.aggregator.ledger import DropLedgers, WakeFifo
 from nvrx_otel.aggregator.lifecycle import (
     AggregatorError,
@@ -56,8 +57,19 @@ __all__ = ["Aggregator", "AggregatorConfig", "AggregatorError", "RecordSink"]
 
 COMMIT_EVERY_S: Final = 1.0
 """While a backlog keeps the loop busy, progress is committed at least this often."""
+OTHER_JOBS_EVERY_S: Final = 1.0
+"""Other jobs' spool directories are looked at every check interval, at most this often."""
 CYCLE_CHUNKS: Final = 16
 """One cycle reads at most this many chunks' worth of bytes, so commits stay frequent."""
+
+
+def not_a_directory(path: Path) -> Path | None:
+    """``path`` or the nearest existing directory above it, when that exists as something
+    other than a directory (a file named as the log directory)."""
+    for p in (path, *path.parents):
+        if p.exists():
+            return None if p.is_dir() else p
+    return None
 
 
 class Aggregator(Progress):
@@ -107,6 +119,7 @@ class Aggregator(Progress):
         self._fifo = WakeFifo(self.job_dir, self._waker.wake)
         self._opened = False
         self._resume_error = ""  # the last reason a resume failed (said once)
+        self._write_error = ""  # the last write or commit error, until a cycle succeeds
         self._deadline = float("inf")
         self._follow = False  # a wait-file drain: goes on while writers still write
         self._thread: threading.Thread | None = None
@@ -129,6 +142,11 @@ class Aggregator(Progress):
             return
         # first: a wait file made after this (or after since_ns) is fresh
         self._wait = WaitFile(self.config.wait_file, self.config.since_ns)
+        blocked = not_a_directory(self.log_path.parent)
+        if blocked is not None:
+            raise AggregatorError(
+                f"cannot write the node log {self.log_path}: {blocked} is not a directory"
+            )
         try:
             self._make_job_dir()
         except SpoolPathError as exc:
@@ -141,6 +159,13 @@ class Aggregator(Progress):
             if isinstance(exc, OSError):
                 raise AggregatorError(f"cannot resume from {self.job_dir}: {exc}") from None
             raise
+        wait_dir = self.config.wait_file.parent if self.config.wait_file is not None else None
+        if wait_dir is not None and not wait_dir.is_dir():
+            what = "is not a directory" if wait_dir.exists() else "does not exist"
+            say(
+                f"the wait file's directory {wait_dir} {what}: {self.config.wait_file} cannot "
+                "appear until it is made (SIGTERM or SIGINT stop this aggregator meanwhile)"
+            )
         if self._wait.stale is not None:
             say(
                 f"wait file {self.config.wait_file} is older than this aggregator: "
@@ -162,6 +187,8 @@ class Aggregator(Progress):
             self._defer_metrics()
             self._loop()
             self.exit_code = 1 if self._broken else 0  # records it could not deliver stay
+            if not self.exit_code and self.health.mismatch():
+                self.exit_code = JOB_MISMATCH_EXIT
         except Exception:  # a bug, or storage gone for good: committed progress stays valid
             say("failed:\n" + traceback.format_exc().rstrip())
             self.exit_code = 1
@@ -196,8 +223,13 @@ class Aggregator(Progress):
             self._deadline = min(self._deadline, now + self.config.drain_timeout)
         self._waker.wake()
 
-    def shutdown(self, timeout: float | None = None) -> None:
-        """Drain (within the drain timeout), stop and wait for the thread to end."""
+    def shutdown(self, timeout: float | None = None, *, unwaited: Iterable[str] = ()) -> None:
+        """Drain (within the drain timeout), stop and wait for the thread to end.
+
+        ``unwaited``: writer ids the drain reads to the end of but does not wait for (the
+        calling process's own, which live on after this)."""
+        if unwaited:
+            self._spool.unwaited = self._spool.unwaited | frozenset(unwaited)
         self.request_stop("shutdown")
         thread = self._thread
         if thread is not None:
@@ -260,6 +292,7 @@ class Aggregator(Progress):
         status_every = cfg.status_interval if cfg.status_interval > 0 else float("inf")
         next_status = time.monotonic() + status_every
         next_scan = 0.0
+        next_other_scan = time.monotonic() + cfg.check_interval  # open() has just looked
         backlog = announced = False
         told = 0.0  # the drain deadline the sinks were last given
         while True:
@@ -286,14 +319,25 @@ class Aggregator(Progress):
             if backlog or stopping or now >= next_scan or self._fifo.take():
                 self._spool.scan()
                 next_scan = now + cfg.check_interval
+            if now >= next_other_scan:  # soon after the ranks write to another job's spool
+                self._scan_other_jobs()
+                next_other_scan = now + max(cfg.check_interval, OTHER_JOBS_EVERY_S)
             written = self.health.written
             try:
                 backlog = self._cycle()
             except OSError as exc:
-                say(f"cannot write the node log or commit: {exc}; resuming from the last commit")
+                message = (
+                    f"cannot write the node log or commit: {exc}; resuming from the last commit"
+                )
+                if message == self._write_error:  # the same again: said once, retried calmly
+                    self._waker.sleep(min(cfg.check_interval, max(self._deadline - now, 0.0)))
+                else:
+                    say(message)
+                    self._write_error = message
                 self._broken = True
                 backlog = False
                 continue
+            self._write_error = ""
             now = time.monotonic()
             if self._follow and self.health.written != written:
                 self._deadline = max(self._deadline, now + cfg.drain_timeout)
@@ -430,6 +474,7 @@ class Aggregator(Progress):
             self._commit()
             live = self._spool.live_writers()
             backlog = self._spool.backlog()
+        self._scan_other_jobs()
         say(
             self.health.summary(
                 reason=reason,
@@ -443,5 +488,7 @@ class Aggregator(Progress):
 
     def _status(self) -> None:
         say(self.health.status(backlog=self._spool.backlog(), live=self._spool.live_writers()))
+
+    def _scan_other_jobs(self) -> None:
         for line in self.health.scan_other_jobs(self.config.spool_root, self.job_dir):
             say(line)

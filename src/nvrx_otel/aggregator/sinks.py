@@ -102,6 +102,14 @@ def build_sinks(config: Any, node_id: str) -> dict[str, Sink]:
         exporter = EndpointExporter({"logs": logs, "traces": traces})
         sinks["otlp"] = OtlpExport(exporters=[exporter], has_endpoint=True)
     if json_dir is not None:
-        json = JsonLines(json_dir, safe_component(node_id))
+        try:
+            json = JsonLines(json_dir, safe_component(node_id))
+        except OSError as exc:
+            from nvrx_otel.aggregator.lifecycle import AggregatorError
+            from nvrx_otel.aggregator.service import not_a_directory
+
+            blocked = not_a_directory(json_dir)
+            why = str(exc) if blocked is None else f"{blocked} is not a directory"
+            raise AggregatorError(f"cannot write OTLP/JSON lines to {json_dir}: {why}") from None
         sinks["otlp_json"] = OtlpExport(exporters=[json], label="OTLP/JSON")
     return sinks

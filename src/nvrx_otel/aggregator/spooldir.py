@@ -71,6 +71,9 @@ class SpoolDir:
         self.unreadable: dict[str, tuple[int, bool]] = {}  # name -> inode, a regular file
         self.max_open = open_cap()
         self.open_count = 0
+        self.unwaited: frozenset[str] = frozenset()
+        """Writers the drain does not wait for (those of the process that stops an
+        in-process aggregator: they live on after it). Their bytes are still all read."""
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._reported:
@@ -306,7 +309,7 @@ class SpoolDir:
         each file's size taken now, not as last read (a file scanned but not yet read has
         none)."""
         self.new_cycle()
-        if not all(self.writer_gone(w) for w in list(self._groups)):
+        if not all(w in self.unwaited or self.writer_gone(w) for w in list(self._groups)):
             return False
         if self.scan():
             return False
@@ -317,7 +320,10 @@ class SpoolDir:
         )
 
     def live_writers(self) -> int:
-        return sum(1 for w, _ in self.writers() if not self.writer_gone(w))
+        """Writers still running, other than those the drain does not wait for."""
+        return sum(
+            1 for w, _ in self.writers() if w not in self.unwaited and not self.writer_gone(w)
+        )
 
     def delete(self, f: SpoolFile) -> bool:
         """Unlink (if its name still means it) and forget a fully consumed file."""

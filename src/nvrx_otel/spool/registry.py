@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nvrx_otel.identity import get_identity
 from nvrx_otel.spool.paths import SpoolPathError, check_dir, job_dir
-from nvrx_otel.spool.writer import DEFAULT_MAX_FILE_SIZE, SpoolWriter
+from nvrx_otel.spool.writer import DEFAULT_MAX_FILE_SIZE, SpoolWriter, _all_writers
 
 _writers: dict[Path, SpoolWriter] = {}
 _registry_lock = threading.RLock()  # setup from a signal handler never waits for itself
@@ -60,6 +60,17 @@ def writer_for_root(
     directory = job_dir(root, get_identity().job_id)
     check_dir(directory, create=True)
     return get_writer(directory, proc=proc, max_file_size=max_file_size, budget=budget)
+
+
+def flush_own_writers() -> list[str]:
+    """Flush every writer of this process (a pending drop record is written) and return
+    their writer ids (for an in-process aggregator that must not wait for them)."""
+    ids = []
+    for writer in list(_all_writers):
+        if writer.pid == os.getpid():
+            writer.flush()
+            ids.append(writer.writer_id)
+    return ids
 
 
 def close_writers() -> None:

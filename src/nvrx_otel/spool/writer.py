@@ -177,6 +177,15 @@ class SpoolWriter(WriterSlowPath):
         record["key"] = rec.record_key(self.writer_id, next(self.counter))
         self.write_line(rec.spliced_line(record, self.identity_suffix), record.get("ts", 0))
 
+    def flush(self) -> None:
+        """Write a pending drop record now (records are in the file when ``emit`` returns);
+        never raises."""
+        if self.drops.pending and self.pid == os.getpid():
+            try:
+                self._make_room(0)
+            except Exception:  # counted already; the next record tries again
+                pass
+
     def next_key(self) -> str:
         """The next record's ``key``, ``<writer>-<seq>`` (for front ends that build whole
         lines themselves)."""

@@ -69,6 +69,20 @@ def test_record_fields(spool: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "trace_id" not in first
 
 
+@pytest.mark.parametrize("name", ["RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID"])
+def test_rank_beyond_64_bits_never_breaks_get_logger_nor_drops_records(
+    name: str, spool: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(name, str(2**64 + 5))
+    configure_logging(script_name="run")
+    get_logger("t").info("fine")
+    get_logger("t").info("{}", "x" * 200_000)  # past the file size: the slow path packs too
+    fine, _big = spool_logs(spool)
+    assert fine["msg"] == "fine" and "rank" not in fine and "irank" not in fine
+    err = capsys.readouterr().err
+    assert f"{name}='{2**64 + 5}'" in err and "TypeError" not in err
+
+
 def test_trace_ids_of_the_call_site_and_exceptions(spool: Path) -> None:
     configure_logging(script_name="run")
     with _span():

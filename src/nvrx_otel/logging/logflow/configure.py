@@ -147,6 +147,7 @@ def reset_logging() -> None:
         st = _state
         _remove_handlers(st)
         gate.uninstall()
+        gate.release()
         intercept.uninstall()
         forget_export()
         if st.had_default:
@@ -317,6 +318,7 @@ def _apply(settings: Settings, *, implicit: bool) -> None:
         for hid, sink in ids:
             gate.register(hid, _threshold(levels, sink, pid), levels.ceiling(sink))
         gate.install()
+    gate.adopt()
     floors = [console_floor if sink == CONSOLE else file_floor for _, sink in ids]
     intercept.install(min(floors, default=file_floor))
     if main and not settings.inherited:

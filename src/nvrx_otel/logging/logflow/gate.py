@@ -7,14 +7,16 @@ that raises one (``chatty: {file: WARNING}``) cannot lower the work done for tha
 INFO calls. Either way each such call builds a whole record (frame, time, thread, process,
 message: several µs) just for the handlers' filters to reject it; LogFlow measured 9.5 µs.
 
-While ``module_levels`` has rules, loguru's global ``logger`` (and every logger bound from
-it: ``get_logger``, ``bind``, ``opt``, ``patch``) is switched to :class:`GatedLogger`. Its
-level methods first compare the level with loguru's own lowest handler level (as loguru
-does), then with the calling module's threshold: the lowest level any handler takes from
-that module (our handlers by their ``module_levels`` thresholds, other handlers by their
-level). The threshold is computed once per module and process; a handler added or removed
-(loguru replaces its handler table) starts the cache afresh. The gate only ever skips what
-every handler would reject, so the handlers' own filters stay the authority.
+While the front end is configured, loguru's global ``logger`` (and every logger bound from
+it: ``get_logger``, ``bind``, ``opt``, ``patch``) has the class :class:`GatedLogger`, whose
+calls never raise a bad format into training (``safecall.py``). While ``module_levels``
+has rules the gate is active: its level methods first compare the level with loguru's
+own lowest handler level (as loguru does), then with the calling module's threshold: the
+lowest level any handler takes from that module (our handlers by their ``module_levels``
+thresholds, other handlers by their level). The threshold is computed once per module
+and process; a handler added or removed (loguru replaces its handler table) starts the
+cache afresh. The gate only ever skips what every handler would reject, so the handlers'
+own filters stay the authority.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import Any, Final
 
 import loguru
 import loguru._logger
+
+from nvrx_otel.logging.logflow.safecall import kept
 
 # loguru's implementation class is untyped: work with it as Any.
 _LoguruLogger: Any = loguru._logger.Logger
@@ -104,47 +108,84 @@ def _open(level_no: int, depth: int) -> bool:
 
 
 class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is untyped
-    """loguru's Logger whose level methods consult the gate first (while it is active)."""
+    """loguru's Logger whose level methods consult the gate first (while it is active) and
+    never raise a bad format call into training (:func:`~.safecall.kept`)."""
 
     def trace(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
         if not _gate.active or _open(5, self._options[1]):
-            self._log("TRACE", False, self._options, message, args, kwargs)
+            try:
+                self._log("TRACE", False, self._options, message, args, kwargs)
+            except Exception as exc:
+                if not kept(self, "TRACE", self._options, message, args, kwargs, exc):
+                    raise
 
     def debug(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
         if not _gate.active or _open(10, self._options[1]):
-            self._log("DEBUG", False, self._options, message, args, kwargs)
+            try:
+                self._log("DEBUG", False, self._options, message, args, kwargs)
+            except Exception as exc:
+                if not kept(self, "DEBUG", self._options, message, args, kwargs, exc):
+                    raise
 
     def info(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
         if not _gate.active or _open(20, self._options[1]):
-            self._log("INFO", False, self._options, message, args, kwargs)
+            try:
+                self._log("INFO", False, self._options, message, args, kwargs)
+            except Exception as exc:
+                if not kept(self, "INFO", self._options, message, args, kwargs, exc):
+                    raise
 
     def success(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
         if not _gate.active or _open(25, self._options[1]):
-            self._log("SUCCESS", False, self._options, message, args, kwargs)
+            try:
+                self._log("SUCCESS", False, self._options, message, args, kwargs)
+            except Exception as exc:
+                if not kept(self, "SUCCESS", self._options, message, args, kwargs, exc):
+                    raise
 
     def warning(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
         if not _gate.active or _open(30, self._options[1]):
-            self._log("WARNING", False, self._options, message, args, kwargs)
+            try:
+                self._log("WARNING", False, self._options, message, args, kwargs)
+            except Exception as exc:
+                if not kept(self, "WARNING", self._options, message, args, kwargs, exc):
+                    raise
 
     def error(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
         if not _gate.active or _open(40, self._options[1]):
-            self._log("ERROR", False, self._options, message, args, kwargs)
+            try:
+                self._log("ERROR", False, self._options, message, args, kwargs)
+            except Exception as exc:
+                if not kept(self, "ERROR", self._options, message, args, kwargs, exc):
+                    raise
 
     def critical(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
         if not _gate.active or _open(50, self._options[1]):
-            self._log("CRITICAL", False, self._options, message, args, kwargs)
+            try:
+                self._log("CRITICAL", False, self._options, message, args, kwargs)
+            except Exception as exc:
+                if not kept(self, "CRITICAL", self._options, message, args, kwargs, exc):
+                    raise
 
     def exception(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
         if not _gate.active or _open(40, self._options[1]):
             options = (True, *self._options[1:])
-            self._log("ERROR", False, options, message, args, kwargs)
+            try:
+                self._log("ERROR", False, options, message, args, kwargs)
+            except Exception as exc:
+                if not kept(self, "ERROR", options, message, args, kwargs, exc):
+                    raise
 
     def log(self, level: Any, message: Any, /, *args: Any, **kwargs: Any) -> None:
         if _gate.active:
             found = self._core.levels_lookup.get(level) if isinstance(level, (str, int)) else None
             if found is not None and not _open(found[2], self._options[1]):
                 return
-        self._log(level, False, self._options, message, args, kwargs)
+        try:
+            self._log(level, False, self._options, message, args, kwargs)
+        except Exception as exc:
+            if not kept(self, level, self._options, message, args, kwargs, exc):
+                raise
 
     def opt(self, *args: Any, **kwargs: Any) -> Any:
         return _gated(super().opt(*args, **kwargs))
@@ -168,21 +209,31 @@ def register(handler_id: int, threshold: Threshold, ceiling: int) -> None:
     _gate.seen = None
 
 
-def install() -> None:
-    """Turn the gate on and give loguru's global logger the gated class."""
-    _gate.active = True
-    _gate.seen = None
+def adopt() -> None:
+    """Give loguru's global logger (and every logger bound from it from now on) our class:
+    its calls never raise a bad format into training, gate or no gate."""
     if type(_root) is _LoguruLogger:
         _root.__class__ = GatedLogger
 
 
+def release() -> None:
+    """Give loguru's global logger its own class back (loggers bound meanwhile keep ours)."""
+    if type(_root) is GatedLogger:
+        _root.__class__ = _LoguruLogger
+
+
+def install() -> None:
+    """Turn the gate on (and give loguru's global logger our class)."""
+    _gate.active = True
+    _gate.seen = None
+    adopt()
+
+
 def uninstall() -> None:
-    """Turn the gate off (loggers already gated pass straight to loguru) and forget ours."""
+    """Turn the gate off (gated loggers pass straight to loguru) and forget ours."""
     _gate.active = False
     _gate.ours.clear()
     _gate.seen = None
-    if type(_root) is GatedLogger:
-        _root.__class__ = _LoguruLogger
 
 
 def is_active() -> bool:

@@ -70,3 +70,28 @@ def test_shutdown_in_a_process_that_logs_itself_does_not_wait_for_its_own_writer
     assert took < agg.aggregator.config.drain_timeout / 2, f"shutdown took {took:.1f} s"
     log.info("after shutdown")  # the writer goes on; the next aggregator takes it
     assert any(b"after shutdown" in p.read_bytes() for p in (spool / "nojob").glob("*.jsonl"))
+
+
+def test_node_log_aggregator_with_an_endpoint_that_is_not_a_url_never_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """In the training process a bad OTEL_EXPORTER_OTLP_ENDPOINT turns OTLP off with one
+    line naming it; the node log is written as always."""
+    monkeypatch.setenv("NVRX_OTEL_NODE_ID", "cnode")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4318")
+    clear_identity()
+    try:
+        from nvrx_otel.logging import NodeLogAggregator
+
+        w = FakeWriter(tmp_path / "spool" / "nojob")
+        w.log("kept")
+        w.close()
+        agg = NodeLogAggregator(str(tmp_path / "logs"), str(tmp_path / "spool"), "n.log", 1, False)
+        assert agg.aggregator._otlp is None
+        agg.start_aggregator()
+        agg.shutdown()
+        assert messages(tmp_path / "logs" / "n.log") == ["kept"]
+        err = capfd.readouterr().err
+        assert "OTLP export off: OTEL_EXPORTER_OTLP_ENDPOINT='localhost:4318'" in err
+    finally:
+        clear_identity()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+from nvrx_otel.aggregator.health import say
 from nvrx_otel.aggregator.service import Aggregator, AggregatorConfig
 from nvrx_otel.spool.registry import flush_own_writers
 
@@ -28,7 +30,11 @@ class NodeLogAggregator:
             log_name=log_file,
             chrono=bool(en_chrono_ord),
         )
-        self._aggregator = Aggregator(config)
+        try:
+            self._aggregator = Aggregator(config)
+        except ValueError as exc:  # a bad OTEL_EXPORTER_OTLP_* value: never into training
+            say(f"OTLP export off: {exc}")
+            self._aggregator = Aggregator(replace(config, otlp_from_env=False))
         self._started = False
 
     @property

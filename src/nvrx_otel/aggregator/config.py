@@ -35,6 +35,7 @@ class AggregatorConfig:
     chunk_bytes: int = 256 << 10  # bytes read from one file at a time (cache-sized)
     otlp_endpoint: str | None = None  # base URL; None: from OTEL_EXPORTER_OTLP_* when set
     otlp_json: Path | None = None  # write OTLP/JSON lines here
+    otlp_from_env: bool = True  # False: the OTEL_EXPORTER_OTLP_* variables turn nothing on
 
     @classmethod
     def from_env(cls, *, strict: bool = False, **fields: Any) -> AggregatorConfig:

@@ -87,7 +87,7 @@ def build_sinks(config: Any, node_id: str) -> dict[str, Sink]:
 
     endpoint: str | None = config.otlp_endpoint
     json_dir: Path | None = config.otlp_json
-    on = otlp_enabled(endpoint=endpoint)
+    on = otlp_enabled(endpoint=endpoint) if config.otlp_from_env else bool(endpoint)
     if not on and json_dir is None:
         return {}
     from nvrx_otel.aggregator.otlp_delivery import EndpointExporter, JsonLines

@@ -24,10 +24,11 @@ class SymlinkRefused(OSError):
 
 def open_output(path: str | os.PathLike[str], flags: int, mode: int = 0o644) -> int:
     """``os.open(path, flags | O_NOFOLLOW | O_CLOEXEC, mode)``; :class:`SymlinkRefused`
-    when ``path`` is a symlink."""
+    when ``path`` is a symlink (``ELOOP``; ``EACCES`` in a sticky directory others can
+    write into, where Linux refuses another user's symlink first: protected_symlinks)."""
     try:
         return os.open(path, flags | _FLAGS, mode)
     except OSError as exc:
-        if exc.errno == errno.ELOOP and os.path.islink(path):
+        if exc.errno in (errno.ELOOP, errno.EACCES) and os.path.islink(path):
             raise SymlinkRefused(errno.ELOOP, os.strerror(errno.ELOOP), os.fspath(path)) from None
         raise

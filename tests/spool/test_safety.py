@@ -40,7 +40,7 @@ def test_a_new_job_directory_is_made_0700(tmp_path: Path) -> None:
     assert stat.S_IMODE((tmp_path / "spool" / "job1").stat().st_mode) == 0o700
 
 
-@pytest.mark.parametrize("mode", [0o777, 0o770, 0o702, 0o1777])
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o702, 0o1777], ids=oct)
 def test_a_job_directory_others_can_write_into_is_refused(
     shared_tmp: Path, capsys: pytest.CaptureFixture[str], mode: int
 ) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,3 +88,26 @@ def read_spool(directory: Path) -> list[dict[str, Any]]:
 
 def log_records(directory: Path) -> list[dict[str, Any]]:
     return [r for r in read_spool(directory) if r["k"] == "log"]
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A scratch directory under /tmp (0755, root's) that other users can reach, unlike
+    ``tmp_path`` (its parents are 0700): for tests that act as another user
+    (:func:`as_nobody`)."""
+    path = Path(tempfile.mkdtemp(prefix="nvrx-shared-", dir="/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def as_nobody(*argv: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    """Run ``argv`` as the real user ``nobody`` (the tests run as root), failing the test
+    if it fails."""
+    done = subprocess.run(
+        ["runuser", "-u", "nobody", "--", *argv], input=stdin, capture_output=True
+    )
+    assert done.returncode == 0, f"as nobody: {argv}: {done.stderr.decode(errors='replace')}"
+    return done

@@ -92,6 +92,10 @@ def test_writer_under_budget_pressure_wakes_the_aggregator(tmp_path: Path) -> No
 
 
 def test_poke_without_an_aggregator_never_blocks(tmp_path: Path) -> None:
-    assert wake.poke(tmp_path) is False  # no FIFO
-    os.mkfifo(tmp_path / WAKE_NAME)
-    assert wake.poke(tmp_path) is False  # a FIFO nobody reads: ENXIO, not a hang
+    dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)  # writers poke by descriptor
+    try:
+        assert wake.poke(dir_fd) is False  # no FIFO
+        os.mkfifo(tmp_path / WAKE_NAME)
+        assert wake.poke(dir_fd) is False  # a FIFO nobody reads: ENXIO, not a hang
+    finally:
+        os.close(dir_fd)

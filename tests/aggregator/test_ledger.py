@@ -175,7 +175,7 @@ def test_loss_tally_is_reported_once_across_restarts(tmp_path: Path) -> None:
     inside the committed node log is not reported again, one cut off with it is."""
     directory = spool_dir(tmp_path)
     directory.mkdir(parents=True)
-    t = tally.Tally(directory, "rank3", 4242, "00000000000000c3", 3)
+    t = tally.Tally(_dir_fd(directory), "rank3", 4242, "00000000000000c3", 3)
     assert t.store(150, "write_error")
     (path,) = directory.glob(".*.lost.*")
     assert path.name == ".rank3.p4242.00000000000000c3.lost.write_error.r3.150"
@@ -237,7 +237,7 @@ def test_tally_report_reaches_otlp_as_well_as_the_node_log(tmp_path: Path) -> No
 
     directory = spool_dir(tmp_path)
     directory.mkdir(parents=True)
-    t = tally.Tally(directory, "rank3", 4242, "00000000000000c3", 3)
+    t = tally.Tally(_dir_fd(directory), "rank3", 4242, "00000000000000c3", 3)
     assert t.store(150, "write_error")
     t.forget_in_child()  # its writer is gone
 
@@ -251,3 +251,9 @@ def test_tally_report_reaches_otlp_as_well_as_the_node_log(tmp_path: Path) -> No
             wait_for(lambda: _ledger(tmp_path)[1] == 150, timeout=60, what="the node log")
             assert receiver.wait_for(lambda r: reported(r) >= 150, timeout=60)
         assert reported(receiver) == 150
+
+
+def _dir_fd(directory: Path) -> int:
+    """A descriptor of ``directory`` (writers make their files relative to one); closed
+    with the test process."""
+    return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

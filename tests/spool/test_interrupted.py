@@ -101,9 +101,9 @@ def test_an_interrupted_ledger_that_got_its_name_is_taken_over(
     real = os.rename
     calls = 0
 
-    def interrupted(src: Any, dst: Any) -> None:
+    def interrupted(src: Any, dst: Any, **dir_fds: Any) -> None:
         nonlocal calls
-        real(src, dst)
+        real(src, dst, **dir_fds)
         calls += 1
         if calls == 1:
             raise Interrupt("rename")
@@ -175,8 +175,8 @@ def test_a_keyboard_interrupt_mid_rotation_reaches_the_caller_and_is_counted(
     w = SpoolWriter(tmp_path, max_file_size=4096)
     real = os.rename
 
-    def interrupted(src: Any, dst: Any) -> None:
-        real(src, dst)
+    def interrupted(src: Any, dst: Any, **dir_fds: Any) -> None:
+        real(src, dst, **dir_fds)
         if str(dst).endswith(".jsonl"):
             raise KeyboardInterrupt
 

@@ -23,7 +23,7 @@ from nvrx_otel.aggregator.merge import ChronoMerge
 from nvrx_otel.aggregator.nodelog import Backup, NodeLogFile, RotationPlan
 from nvrx_otel.aggregator.output import Output
 from nvrx_otel.aggregator.spooldir import SpoolDir
-from nvrx_otel.spool.paths import SpoolPathError, check_dir
+from nvrx_otel.spool.paths import SpoolPathError, check_dir, check_root
 
 if TYPE_CHECKING:
     from nvrx_otel.aggregator.config import AggregatorConfig
@@ -169,8 +169,8 @@ class Progress:
 
     def _make_job_dir(self) -> None:
         """The spool root and the job directory, made when missing (SpoolPathError when
-        one is unusable: a symlink, another owner, not writable)."""
-        check_dir(self.config.spool_root, create=True)
+        one is unusable: a symlink, another owner, writable by others, not writable)."""
+        check_root(self.config.spool_root)
         check_dir(self.job_dir, create=True)
 
     def _views(self) -> list[FileView]:

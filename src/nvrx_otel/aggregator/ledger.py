@@ -14,6 +14,10 @@ was committed.
 Loss tallies (``spool/tally.py``), a writer's count kept in an empty file's name while it
 has no ledger (a full file system), are reported the same way; the note is a rename.
 
+Only regular files of the aggregator's own user are taken for ledgers and tallies (see
+``spooldir.py``): another user's is said once on stderr and left alone (never reported,
+never deleted, never waited for).
+
 Wake-ups (``spool/wake.py``): the FIFO ``.nvrx_aggregator.wake`` in the job directory; a
 thread waits on it and wakes the service's loop, which then scans at once.
 """
@@ -42,7 +46,8 @@ from nvrx_otel.semconv import DropReasonValues
 from nvrx_otel.spool import sidecar, tally
 from nvrx_otel.spool.paths import WAKE_NAME, parse_name
 
-_OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+_OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_OPEN_TALLY = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO never blocks
 _TAIL = 1 << 20  # where a drop record being written when its writer died would be
 
 
@@ -53,6 +58,23 @@ class DropLedgers:
         self.dir = job_dir
         self._after_commit: list[Path] = []
         self._waiting = 0  # ledgers left for later in the last pass (writer alive or unread)
+        self._said: set[tuple[str, int]] = set()  # foreign entries said (name, inode)
+
+    def _foreign(self, fd: int, path: Path) -> bool:
+        """Whether ``fd`` (opened as ``path``) is not a regular file of this user: said
+        once, then left alone."""
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+            return False
+        if (path.name, st.st_ino) not in self._said:
+            self._said.add((path.name, st.st_ino))
+            why = (
+                "not a regular file"
+                if not stat.S_ISREG(st.st_mode)
+                else f"owned by uid {st.st_uid}, not by this aggregator's user ({os.geteuid()})"
+            )
+            say(f"ignoring {path.name}: {why}; only its own user's ledgers are read")
+        return True
 
     def forget(self) -> None:
         """The node log was cut back to its last commit: reports since then are gone."""
@@ -123,6 +145,8 @@ class DropLedgers:
         except OSError:
             return "gone"
         try:
+            if self._foreign(fd, path):
+                return "foreign"
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -195,10 +219,12 @@ class DropLedgers:
     ) -> str:
         """Report a gone writer's loss tally (``spool/tally.py``): its count is in its name."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(path, _OPEN_TALLY)
         except OSError:
             return "gone"
         try:
+            if self._foreign(fd, path):
+                return "foreign"
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

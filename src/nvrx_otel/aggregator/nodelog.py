@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nvrx_otel.aggregator.nofollow import open_output
 from nvrx_otel.nodeline import escape as escape
 from nvrx_otel.nodeline import format_clean_records as format_clean_records
 from nvrx_otel.nodeline import format_record as format_record
@@ -194,8 +195,7 @@ def _open_at(path: Path) -> int:
     """The node log at ``path``, opened (made when missing, its directory too) to append
     and to read back what is not committed yet (:meth:`NodeLogFile.follow`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
-    return os.open(path, flags, 0o644)
+    return open_output(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)  # never a symlink
 
 
 def _write_all(fd: int, data: bytes) -> int:

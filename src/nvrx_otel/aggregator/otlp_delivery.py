@@ -23,6 +23,8 @@ from typing import Any, Final, Protocol
 
 import orjson
 
+from nvrx_otel.aggregator.lifecycle import AggregatorError
+from nvrx_otel.aggregator.nofollow import SymlinkRefused, open_output
 from nvrx_otel.aggregator.otlp_transport import Result
 from nvrx_otel.aggregator.otlp_wire import LogsEncoder
 
@@ -74,7 +76,8 @@ class JsonLines:
     the collector's file exporter). Always acknowledges unless the disk fails: then the
     request is retried, and a line it could write only in part is cut off again (a full
     disk leaves no half line for a reader to choke on). A directory removed while in use
-    (a cleanup job) is made again."""
+    (a cleanup job) is made again. A file's name that is a symlink is refused (at start:
+    ``AggregatorError``; later: the request is retried, the line saying why)."""
 
     def __init__(self, directory: Path, node: str) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -83,6 +86,11 @@ class JsonLines:
             "logs": directory / f"logs_{node}.jsonl",
             "traces": directory / f"traces_{node}.jsonl",
         }
+        for path in self.paths.values():
+            if path.is_symlink():
+                raise AggregatorError(
+                    f"--otlp-json: {path} is a symlink; refusing to write through it"
+                )
         self.last_error = ""
         self.rejected = 0
 
@@ -96,6 +104,9 @@ class JsonLines:
             self.directory.mkdir(parents=True, exist_ok=True)
             _append_line(self.paths[signal], line)
             return Result.OK
+        except SymlinkRefused as exc:
+            self.last_error = str(exc)
+            return Result.RETRY
         except OSError as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
             return Result.RETRY
@@ -103,7 +114,7 @@ class JsonLines:
 
 def _append_line(path: Path, line: bytes) -> None:
     """Append ``line`` whole or not at all (what a failed write left is cut off)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    fd = open_output(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # never a symlink
     try:
         start = os.fstat(fd).st_size
         view = memoryview(line)

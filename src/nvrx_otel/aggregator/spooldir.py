@@ -21,6 +21,11 @@ no writer's file as far as the aggregator can know: no lock can be probed on it.
 once on stderr as unreadable, is not tracked (no drain waits for it, no live writer is
 counted for it) and is tried again at each scan while it is a regular file, in case it
 becomes readable.
+
+Only files owned by the aggregator's own user are read (when it runs as root: root's
+files; writers and aggregator run as one user). A file of another user under a spool
+file's name (planted while the directory was writable by others, or by a process of
+another user) is said once on stderr and never read: its lines could claim any rank.
 """
 
 from __future__ import annotations
@@ -113,6 +118,9 @@ class SpoolDir:
             if not regular:
                 self._unreadable(f, False, "not a regular file")
                 continue
+            if st.st_uid != os.geteuid():
+                self._foreign(f, st.st_uid)
+                continue
             if self.open_count < self.max_open and not self.reopen(f) and f.unreadable:
                 continue
             if was is not None:
@@ -137,6 +145,18 @@ class SpoolDir:
             f"unreadable:{f.name}:{f.ino}",
             f"cannot read spool entry {f.name} ({why}): no writer's lock can be probed on it, "
             "so the drain does not wait for it and whatever it holds is not in the node log",
+        )
+        if f in self.tracked:
+            self.forget(f)
+
+    def _foreign(self, f: SpoolFile, uid: int) -> None:
+        """``f`` belongs to another user: never read (see the module), said once."""
+        f.unreadable = True
+        self.unreadable[f.name] = (f.ino, False)  # not retried while the name means it
+        self._warn_once(
+            f"foreign:{f.name}:{f.ino}",
+            f"ignoring spool file {f.name}: owned by uid {uid}, not by this aggregator's user "
+            f"({os.geteuid()}); only its own user's files are read",
         )
         if f in self.tracked:
             self.forget(f)
@@ -184,6 +204,10 @@ class SpoolDir:
             if not stat.S_ISREG(st.st_mode):
                 os.close(fd)
                 self._unreadable(f, False, "not a regular file")
+                return False
+            if st.st_uid != os.geteuid():
+                os.close(fd)
+                self._foreign(f, st.st_uid)
                 return False
             crc = header_crc(read_header(fd))
         except OSError as exc:

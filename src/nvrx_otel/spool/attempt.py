@@ -12,6 +12,9 @@ One gap no Python code can close: the exception may surface after ``os.open`` re
 and before its descriptor was stored. :meth:`Attempt.clear` then finds that descriptor by
 its path in ``/proc/self/fd`` (Linux; elsewhere it stays open until the process ends).
 The paths hold the writer's random id, so no other descriptor can match.
+
+The names are relative to the writer's directory descriptor (``dir_fd``): the directory
+is opened once and never looked up by path again (see ``paths.open_dir``).
 """
 
 from __future__ import annotations
@@ -20,21 +23,23 @@ import os
 
 
 class Attempt:
-    """One file being made: its temporary and final paths and its descriptor (-1 until
-    stored). ``tmp`` is empty when no attempt is unfinished."""
+    """One file being made: its temporary and final names in the directory ``dir_fd``
+    and its descriptor (-1 until stored). ``tmp`` is empty when no attempt is unfinished."""
 
-    __slots__ = ("fd", "final", "tmp")
+    __slots__ = ("dir_fd", "fd", "final", "tmp")
 
     def __init__(self) -> None:
         self.tmp = ""
         self.final = ""
         self.fd = -1
+        self.dir_fd = -1
 
-    def start(self, tmp: str, final: str) -> None:
-        """Note the paths before anything is made (an interrupted attempt is cleared first)."""
+    def start(self, dir_fd: int, tmp: str, final: str) -> None:
+        """Note the names before anything is made (an interrupted attempt is cleared first)."""
         if self.tmp:
             self.clear()
         self.fd = -1
+        self.dir_fd = dir_fd
         self.final = final
         self.tmp = tmp
 
@@ -44,7 +49,8 @@ class Attempt:
         if not self.tmp or self.fd < 0:
             return False
         try:
-            a, b = os.fstat(self.fd), os.stat(self.final)
+            a = os.fstat(self.fd)
+            b = os.stat(self.final, dir_fd=self.dir_fd, follow_symlinks=False)
         except OSError:
             return False
         return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
@@ -58,7 +64,7 @@ class Attempt:
         if not self.tmp:
             return
         try:
-            os.unlink(self.tmp)  # first: gone, nobody can mistake it for a file being made
+            os.unlink(self.tmp, dir_fd=self.dir_fd)  # first: nobody takes it for a file being made
         except OSError:
             pass
         fd, self.fd = self.fd, -1  # forgotten before closing: never closed twice
@@ -68,19 +74,21 @@ class Attempt:
             except OSError:
                 pass
         elif lost:
-            close_leaked((self.tmp, self.final))
+            close_leaked(self.dir_fd, (self.tmp, self.final))
         self.tmp = ""
 
 
-def close_leaked(paths: tuple[str, ...]) -> None:
-    """Close this process's descriptors open on any of ``paths`` (or on them deleted)."""
+def close_leaked(dir_fd: int, names: tuple[str, ...]) -> None:
+    """Close this process's descriptors open on any of ``names`` in the directory
+    ``dir_fd`` (or on them deleted)."""
     try:
         fds = os.listdir("/proc/self/fd")
+        directory = os.readlink(f"/proc/self/fd/{dir_fd}")
     except OSError:
         return
     targets: set[str] = set()
-    for path in paths:
-        real = os.path.realpath(path)
+    for name in names:
+        real = os.path.join(directory, name)
         targets.update((real, f"{real} (deleted)"))
     for name in fds:
         try:

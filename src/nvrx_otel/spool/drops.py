@@ -55,6 +55,7 @@ class DropCount:
 
     def open_ledger(
         self,
+        dir_fd: int,
         directory: Path,
         proc: str,
         pid: int,
@@ -63,12 +64,13 @@ class DropCount:
         report: Callable[[str], None],
         now: int,
     ) -> None:
-        """Make the ledger (while there is none, at most every second; without one, drops
-        go into drop records and the tally)."""
+        """Make the ledger in the directory open as ``dir_fd`` (``directory``, for
+        messages) while there is none, at most every second; without one, drops go into
+        drop records and the tally."""
         if self.tally is None:
-            self.tally = Tally(directory, proc, pid, writer_id, identity.get("rank"))
+            self.tally = Tally(dir_fd, proc, pid, writer_id, identity.get("rank"))
         try:
-            ledger = DropLedger.create(directory, proc, pid, writer_id, identity, self._making)
+            ledger = DropLedger.create(dir_fd, proc, pid, writer_id, identity, self._making)
         except OSError as exc:
             self.next_ledger_ns = now + _LEDGER_RETRY_NS
             report(f"cannot create the drop ledger in {directory}: {exc}")

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from nvrx_otel.identity import get_identity
-from nvrx_otel.spool.paths import SpoolPathError, check_dir, job_dir
+from nvrx_otel.spool.paths import check_dir, check_root, job_dir
 from nvrx_otel.spool.writer import DEFAULT_MAX_FILE_SIZE, SpoolWriter, _all_writers
 
 _writers: dict[Path, SpoolWriter] = {}
@@ -52,11 +52,11 @@ def writer_for_root(
 ) -> SpoolWriter:
     """The process's writer for this job's directory under the spool ``root``.
 
-    Refuses a root that is a symlink, and a job directory that is a symlink, foreign-owned
-    or not writable: :class:`SpoolPathError` says which and why.
+    Refuses a root that is a symlink, another user's, or writable by others without the
+    sticky bit, and a job directory that is a symlink, foreign-owned, writable by group or
+    others, or not writable: :class:`SpoolPathError` says which and why.
     """
-    if Path(root).is_symlink():
-        raise SpoolPathError(f"spool directory {root} is a symlink; refusing to use it")
+    check_root(root)
     directory = job_dir(root, get_identity().job_id)
     check_dir(directory, create=True)
     return get_writer(directory, proc=proc, max_file_size=max_file_size, budget=budget)

@@ -2,7 +2,9 @@
 
 A new file is made under a hidden temporary name, gets its header line and the writer's
 shared lock, and only then takes its real name: a reader never sees a file without its
-header or with no writer holding it. The aggregator deletes files once consumed, so what
+header or with no writer holding it. Names are relative to the writer's directory
+descriptor (opened once: ``paths.open_dir``), never looked up by path, and never through
+a symlink (``O_NOFOLLOW``, ``O_EXCL``). The aggregator deletes files once consumed, so what
 a writer's files take is found by looking which of them still exist.
 """
 
@@ -11,7 +13,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-from pathlib import Path
 from typing import Final
 
 from nvrx_otel.spool.attempt import Attempt
@@ -21,24 +22,25 @@ _OPEN_FLAGS: Final = (
 )
 
 
-def create(directory: Path, name: str, header: bytes, attempt: Attempt) -> int:
-    """A new spool file ``directory/name`` holding ``header``, locked (``LOCK_SH``) by the
-    returned descriptor; ``OSError`` when it cannot be made (nothing is left behind).
+def create(dir_fd: int, name: str, header: bytes, attempt: Attempt) -> int:
+    """A new spool file ``name`` in the directory open as ``dir_fd`` holding ``header``,
+    locked (``LOCK_SH``) by the returned descriptor; ``OSError`` when it cannot be made
+    (nothing is left behind).
 
     ``attempt`` notes the pieces as they are made: until the caller stores the descriptor
     and clears ``attempt.tmp``, an exception surfacing anywhere (a signal handler's) leaves
     them for the next ``attempt.start`` to clear."""
-    tmp = os.path.join(directory, f".{name}.tmp")
-    attempt.start(tmp, os.path.join(directory, name))
+    tmp = f".{name}.tmp"
+    attempt.start(dir_fd, tmp, name)
     try:
-        fd = attempt.fd = os.open(tmp, _OPEN_FLAGS, 0o600)
+        fd = attempt.fd = os.open(tmp, _OPEN_FLAGS, 0o600, dir_fd=dir_fd)
         if os.write(fd, header) != len(header):  # a full disk: never a torn header
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         fcntl.flock(fd, fcntl.LOCK_SH)
-        os.rename(tmp, attempt.final)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException as exc:  # a signal handler's too: no half-made file outlives the call
         try:
-            os.unlink(tmp)  # first, before any call a handler could interrupt
+            os.unlink(tmp, dir_fd=dir_fd)  # first, before any call a handler could interrupt
         except OSError:
             pass
         if isinstance(exc, OSError):  # else the next attempt clears or takes over the rest
@@ -48,7 +50,7 @@ def create(directory: Path, name: str, header: bytes, attempt: Attempt) -> int:
 
 
 def still_there(
-    directory: Path, files: list[tuple[str, int]], live: str, live_size: int
+    dir_fd: int, files: list[tuple[str, int]], live: str, live_size: int
 ) -> list[tuple[str, int]]:
     """The ``(name, bytes)`` of ``files`` not yet consumed and deleted; the ``live`` file
     (empty name: none) counts with ``live_size``."""
@@ -58,7 +60,7 @@ def still_there(
             alive.append((name, live_size))
             continue
         try:
-            os.stat(directory / name)
+            os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             continue  # consumed and deleted by the aggregator
         except OSError:
@@ -97,10 +99,10 @@ class Files:
         """Bytes of the files as last counted."""
         return sum(size for _, size in self.made)
 
-    def count(self, directory: Path, live: bool, live_size: int) -> tuple[int, int]:
+    def count(self, dir_fd: int, live: bool, live_size: int) -> tuple[int, int]:
         """How many files are left and their bytes, forgetting those consumed (the live
         file, when ``live``, counts with ``live_size``)."""
-        self.made = still_there(directory, self.made, self.live_name if live else "", live_size)
+        self.made = still_there(dir_fd, self.made, self.live_name if live else "", live_size)
         return len(self.made), self.total()
 
     def settle(self) -> None:

@@ -22,7 +22,6 @@ import os
 import re
 import struct
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 import orjson
@@ -55,38 +54,41 @@ def ledger_name(proc: str, pid: int, writer: str) -> str:
 
 
 class DropLedger:
-    """The writer's side: made once per writer, updated in place on the drop path."""
+    """The writer's side: made once per writer, updated in place on the drop path. It is
+    made relative to the writer's directory descriptor ``dir_fd`` (never by path)."""
 
-    __slots__ = ("fd", "map", "path")
+    __slots__ = ("dir_fd", "fd", "map", "name")
 
-    def __init__(self, fd: int, mapped: mmap.mmap, path: Path) -> None:
+    def __init__(self, fd: int, mapped: mmap.mmap, dir_fd: int, name: str) -> None:
         self.fd = fd
         self.map = mapped
-        self.path = path
+        self.dir_fd = dir_fd
+        self.name = name
 
     @classmethod
     def create(
         cls,
-        directory: Path,
+        dir_fd: int,
         proc: str,
         pid: int,
         writer: str,
         identity: dict[str, Any],
         attempt: Attempt,
     ) -> DropLedger:
-        """Make, lock and map the ledger (OSError when it cannot be made).
+        """Make, lock and map the ledger in the directory open as ``dir_fd`` (OSError when
+        it cannot be made).
 
         ``attempt`` notes the pieces as they are made; the caller clears ``attempt.tmp``
         once it holds the ledger. An attempt an exception interrupted is taken over when
         it got as far as its name (made, locked, named), else cleared first."""
-        path = directory / ledger_name(proc, pid, writer)
-        if attempt.named() and attempt.final == str(path):
+        name = ledger_name(proc, pid, writer)
+        if attempt.named() and attempt.final == name and attempt.dir_fd == dir_fd:
             mapped = mmap.mmap(attempt.fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            return cls(attempt.fd, mapped, path)
-        tmp = f"{path}.tmp"  # a str: a Path's __fspath__ is a call a handler could interrupt
-        attempt.start(tmp, str(path))
+            return cls(attempt.fd, mapped, dir_fd, name)
+        tmp = f"{name}.tmp"
+        attempt.start(dir_fd, tmp, name)
         try:
-            fd = attempt.fd = os.open(tmp, _OPEN_FLAGS, 0o600)
+            fd = attempt.fd = os.open(tmp, _OPEN_FLAGS, 0o600, dir_fd=dir_fd)
             try:
                 os.posix_fallocate(fd, 0, SIZE)  # a full disk later cannot stop updates
             except (AttributeError, OSError):
@@ -97,16 +99,16 @@ class DropLedger:
             os.pwrite(fd, ident, _IDENTITY)
             fcntl.flock(fd, fcntl.LOCK_SH)
             mapped = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            os.rename(tmp, attempt.final)
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException as exc:  # a signal handler's too: no half-made file outlives the call
             try:
-                os.unlink(tmp)  # first, before any call a handler could interrupt
+                os.unlink(tmp, dir_fd=dir_fd)  # first, before any call a handler could interrupt
             except OSError:
                 pass
             if isinstance(exc, OSError):  # else the next attempt clears or takes over the rest
                 attempt.clear(lost=False)
             raise
-        return cls(fd, mapped, path)
+        return cls(fd, mapped, dir_fd, name)
 
     def dropped(self, total: int, first_ts: int, last_ts: int) -> None:
         """The cumulative drop count and the time range of the drops (no system call)."""
@@ -129,7 +131,7 @@ class DropLedger:
         """Unmap and close (``remove``: also delete it, when it holds nothing to report)."""
         if remove:
             try:
-                os.unlink(self.path)
+                os.unlink(self.name, dir_fd=self.dir_fd)
             except OSError:
                 pass
         try:

@@ -7,6 +7,11 @@ waking the node's aggregator under budget pressure (``wake.py``), counting the r
 that could not be written and writing the ``drop`` record that reports them
 (``drops.py``), saying on stderr, once, what went wrong, and closing the files.
 
+The directory is opened once (``paths.open_dir``) and every file is made relative to its
+descriptor: a path swapped for a symlink after start cannot redirect a file. It is opened
+again by path, with the same checks, only after the writer was closed or when the
+directory was removed (a cleanup job; the aggregator makes it again).
+
 An exception may surface at any line of this path (a signal handler that raises, as
 timeouts do): making a file is an ``attempt.Attempt`` the next call clears or takes over,
 and the switch to a new file is a run of plain assignments (see ``_open_next``).
@@ -26,7 +31,7 @@ from nvrx_otel import record as rec
 from nvrx_otel.semconv import DropReasonValues
 from nvrx_otel.spool import rotation, wake
 from nvrx_otel.spool.drops import DropCount
-from nvrx_otel.spool.paths import SpoolFileName
+from nvrx_otel.spool.paths import SpoolFileName, SpoolPathError, dir_gone, open_dir
 
 _RECHECK_NS: Final = 50_000_000  # while dropping, look for freed space at most every 50 ms
 _REOPEN_NS: Final = 1_000_000_000  # after a failed open, try again at most every second
@@ -46,6 +51,8 @@ class WriterSlowPath:
     docstring): the writer's state below is set by ``SpoolWriter._start``."""
 
     directory: Path
+    dir_fd: int
+    _old_dir_fds: list[int]
     fd: int
     size: int
     limit: int
@@ -89,6 +96,7 @@ class WriterSlowPath:
                 drops = self.drops
                 if drops.ledger is None and now >= drops.next_ledger_ns:
                     drops.open_ledger(
+                        self._dir(),
                         self.directory,
                         self._proc_name,
                         self.pid,
@@ -110,6 +118,7 @@ class WriterSlowPath:
             return True  # another thread made room
         if self.fd >= 0 and self.size + needed <= self.max_file_size:
             return self._flush_drops()
+        self._dir()
         if not self._room_in_budget():
             self._next_try_ns = now + _RECHECK_NS
             self._wake(now)
@@ -129,15 +138,44 @@ class WriterSlowPath:
         """Wake the node's aggregator (at most every 50 ms; never blocks)."""
         if now - self._woke_ns >= _RECHECK_NS:
             self._woke_ns = now
-            wake.poke(self.directory)
+            wake.poke(self.dir_fd)
 
     def _room_in_budget(self) -> bool:
-        alive, used = self._files.count(self.directory, self.fd >= 0, self.size)
+        alive, used = self._files.count(self.dir_fd, self.fd >= 0, self.size)
         # The live file is deleted only once the writer has moved on: when it is all that
         # is left (one record larger than the rest of the budget), rotate regardless, or
         # the writer would wait for space that cannot be freed.
         only_live = alive == 1 and self.fd >= 0
         return used + self.max_file_size <= self.budget or only_live
+
+    def _dir(self) -> int:
+        """The directory's descriptor; opened again (by path, checked as at the start) only
+        after ``close`` or when the directory was removed, never because its path came to
+        name another one. An earlier descriptor stays open (a ledger or a tally made in
+        it may still use it) until ``close``."""
+        fd = self.dir_fd
+        if fd >= 0 and not dir_gone(fd):
+            return fd
+        try:
+            new = open_dir(self.directory, create=False)
+        except SpoolPathError as exc:
+            self._report_once(str(exc))
+            return fd
+        if fd >= 0:
+            self._old_dir_fds.append(fd)
+        self.dir_fd = new
+        return new
+
+    def _close_dirs(self) -> None:
+        fds = [self.dir_fd, *self._old_dir_fds]
+        self.dir_fd = -1
+        self._old_dir_fds = []
+        for fd in fds:
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     def _open_next(self) -> bool:
         files = self._files
@@ -158,7 +196,7 @@ class WriterSlowPath:
         size = len(header)
         files.tried = index
         try:
-            fd = rotation.create(self.directory, name, header, files.making)
+            fd = rotation.create(self._dir(), name, header, files.making)
         except OSError as exc:
             files.tried = index - 1  # nothing of it is left: the index is free again
             self._report_once(f"cannot create spool file in {self.directory}: {exc}")
@@ -242,3 +280,4 @@ class WriterSlowPath:
         self._files.close_retired(self.fd)
         self.fd = self.limit = -1
         self.drops.close()
+        self._close_dirs()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-from pathlib import Path
 from typing import Final
 
 from nvrx_otel.spool.attempt import Attempt
@@ -38,8 +37,8 @@ class Tally:
     """The writer's side: ``store(count, reason)`` names the file after the count (never
     raises, never waits: a call that finds another one storing leaves it the work)."""
 
-    def __init__(self, directory: Path, proc: str, pid: int, writer: str, rank: object) -> None:
-        self.directory = directory
+    def __init__(self, dir_fd: int, proc: str, pid: int, writer: str, rank: object) -> None:
+        self.dir_fd = dir_fd  # the writer's directory: names are relative to it, never paths
         self.prefix = f".{proc}.p{pid}.{writer}.lost."
         self.rank = str(rank) if isinstance(rank, int) and rank >= 0 else "-"
         self.fd = -1
@@ -76,7 +75,7 @@ class Tally:
     def _store(self, count: int, reason: str) -> None:
         if self.fd < 0 and self.making.named():  # an interrupted _make got as far as naming
             self.fd = self.making.fd
-            self.name = os.path.basename(self.making.final)
+            self.name = self.making.final
             self.making.tmp = ""
         if count <= 0:
             self.remove()
@@ -86,10 +85,10 @@ class Tally:
         if self.fd < 0:
             self._make(name)
         else:
-            old, new = str(self.directory / self.name), str(self.directory / name)
+            old, d = self.name, self.dir_fd
             was, self.name = self.name, name  # first: right also when an exception follows
             try:
-                os.rename(old, new)
+                os.rename(old, name, src_dir_fd=d, dst_dir_fd=d)
             except OSError:
                 self.name = was
                 raise
@@ -97,15 +96,15 @@ class Tally:
 
     def _make(self, name: str) -> None:
         making = self.making
-        tmp = str(self.directory / f"{self.prefix}tmp")
-        making.start(tmp, str(self.directory / name))
+        tmp, d = f"{self.prefix}tmp", self.dir_fd
+        making.start(d, tmp, name)
         try:
-            fd = making.fd = os.open(tmp, _OPEN_FLAGS, 0o600)
+            fd = making.fd = os.open(tmp, _OPEN_FLAGS, 0o600, dir_fd=d)
             fcntl.flock(fd, fcntl.LOCK_SH)
-            os.rename(tmp, making.final)
+            os.rename(tmp, name, src_dir_fd=d, dst_dir_fd=d)
         except BaseException as exc:  # a signal handler's too: no half-made file outlives the call
             try:
-                os.unlink(tmp)  # first, before any call a handler could interrupt
+                os.unlink(tmp, dir_fd=d)  # first, before any call a handler could interrupt
             except OSError:
                 pass
             if isinstance(exc, OSError):  # else the next attempt clears or takes over the rest
@@ -121,7 +120,7 @@ class Tally:
         self.name, self.fd = "", -1
         if name:
             try:
-                os.unlink(self.directory / name)
+                os.unlink(name, dir_fd=self.dir_fd)
             except OSError:
                 pass
         if fd >= 0:

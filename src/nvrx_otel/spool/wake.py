@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 from typing import Final
 
 from nvrx_otel.spool.paths import WAKE_NAME
@@ -20,11 +19,12 @@ from nvrx_otel.spool.paths import WAKE_NAME
 _FLAGS: Final = os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def poke(directory: Path) -> bool:
-    """Wake the aggregator of ``directory`` if one listens; True when the byte went in.
-    Anything but a FIFO under that name (never made by the aggregator) is left alone."""
+def poke(dir_fd: int) -> bool:
+    """Wake the aggregator of the directory open as ``dir_fd`` if one listens; True when
+    the byte went in. Anything but a FIFO under that name (never made by the aggregator)
+    is left alone."""
     try:
-        fd = os.open(directory / WAKE_NAME, _FLAGS)
+        fd = os.open(WAKE_NAME, _FLAGS, dir_fd=dir_fd)
     except OSError:  # no aggregator (ENXIO: no reader; ENOENT: no FIFO)
         return False
     try:

@@ -34,7 +34,7 @@ from nvrx_otel.identity import get_identity, record_fields
 from nvrx_otel.semconv import DropReasonValues
 from nvrx_otel.spool import rotation, truncate
 from nvrx_otel.spool.drops import DropCount
-from nvrx_otel.spool.paths import check_dir
+from nvrx_otel.spool.paths import open_dir
 from nvrx_otel.spool.slowpath import WriterSlowPath
 
 DEFAULT_MAX_FILE_SIZE: Final = env.SPOOL_FILE_SIZE_KB.default * 1024
@@ -88,8 +88,10 @@ class SpoolWriter(WriterSlowPath):
         budget: int | None = None,
         max_record: int | None = None,
     ) -> None:
-        check_dir(directory, create=True)
         self.directory = directory
+        # Opened once: every file is made relative to it (see slowpath.py).
+        self.dir_fd = open_dir(directory, create=True)
+        self._old_dir_fds: list[int] = []
         self.proc = proc
         self.limit = -1
         self.fd = -1

@@ -195,3 +195,12 @@ def lower_priority(increment: int) -> None:
         os.setpriority(os.PRIO_PROCESS, tid, min(19, current + increment))
     except OSError as exc:
         say(f"cannot lower the CPU priority: {exc}")
+
+
+def not_a_directory(path: Path) -> Path | None:
+    """``path`` or the nearest existing directory above it, when that exists as something
+    other than a directory (a file named as the log directory)."""
+    for p in (path, *path.parents):
+        if p.exists():
+            return None if p.is_dir() else p
+    return None

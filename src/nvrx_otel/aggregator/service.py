@@ -21,12 +21,12 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from nvrx_otel.aggregator import state as st
 from nvrx_otel.aggregator.commit import Progress
 from nvrx_otel.aggregator.config import AggregatorConfig
+from nvrx_otel.aggregator.drain import WAIT_FILE_REASON, Drain
 from nvrx_otel.aggregator.health import JOB_MISMATCH_EXIT, Health, say
 from nvrx_otel.aggregator.ledger import DropLedgers, WakeFifo
 from nvrx_otel.aggregator.lifecycle import (
@@ -36,8 +36,10 @@ from nvrx_otel.aggregator.lifecycle import (
     Waker,
     catch_signals,
     lower_priority,
+    not_a_directory,
     restore_signals,
 )
+from nvrx_otel.aggregator.metrics_start import MetricsStart
 from nvrx_otel.aggregator.nodelog import NodeLogFile, escape
 from nvrx_otel.aggregator.output import Output, RecordSink
 from nvrx_otel.aggregator.reader import Chunk, read_chunk
@@ -50,9 +52,6 @@ if TYPE_CHECKING:
     from nvrx_otel.aggregator.otlp_metrics import HealthMetrics
     from nvrx_otel.aggregator.sinks import Sink
 
-WAIT_FILE_REASON: Final = "wait file"
-"""The stop reason of a drain the wait file started."""
-
 __all__ = ["Aggregator", "AggregatorConfig", "AggregatorError", "RecordSink"]
 
 COMMIT_EVERY_S: Final = 1.0
@@ -61,15 +60,6 @@ OTHER_JOBS_EVERY_S: Final = 1.0
 """Other jobs' spool directories are looked at every check interval, at most this often."""
 CYCLE_CHUNKS: Final = 16
 """One cycle reads at most this many chunks' worth of bytes, so commits stay frequent."""
-
-
-def not_a_directory(path: Path) -> Path | None:
-    """``path`` or the nearest existing directory above it, when that exists as something
-    other than a directory (a file named as the log directory)."""
-    for p in (path, *path.parents):
-        if p.exists():
-            return None if p.is_dir() else p
-    return None
 
 
 class Aggregator(Progress):
@@ -92,7 +82,6 @@ class Aggregator(Progress):
         self._state = st.StateStore(self.job_dir, self.fallback_state)
         self.health = Health()
         self.exit_code: int | None = None
-        self.stop_reason: str | None = None
         self._log = NodeLogFile(
             self.log_path, max_bytes=config.max_log_bytes, backups=config.log_backups
         )
@@ -108,9 +97,10 @@ class Aggregator(Progress):
         self._spool = SpoolDir(self.job_dir, settle_s=config.settle_s)
         self._sinks = build_sinks(config, self.node_id)
         self._out.loss_sinks.extend(sink.report for sink in self._sinks.values())
-        self._metrics: HealthMetrics | None = None
-        self._metrics_due: float | None = None  # health metrics start by then (monotonic)
         self._backlog_bytes = 0
+        self._health_metrics = MetricsStart(
+            config, self.health, self._sinks, lambda: self._backlog_bytes
+        )
         self._merge = self._new_merge()
         self._lock = JobLock(self.job_dir)
         self._wait = WaitFile(None)
@@ -120,8 +110,7 @@ class Aggregator(Progress):
         self._opened = False
         self._resume_error = ""  # the last reason a resume failed (said once)
         self._write_error = ""  # the last write or commit error, until a cycle succeeds
-        self._deadline = float("inf")
-        self._follow = False  # a wait-file drain: goes on while writers still write
+        self._drain = Drain(config.drain_timeout)
         self._thread: threading.Thread | None = None
         self._dirty = False
         self._last_commit = 0.0
@@ -184,7 +173,7 @@ class Aggregator(Progress):
             lower_priority(self.config.nice)
             for sink in self._sinks.values():
                 sink.start()
-            self._defer_metrics()
+            self._health_metrics.defer()
             self._loop()
             self.exit_code = 1 if self._broken else 0  # records it could not deliver stay
             if not self.exit_code and self.health.mismatch():
@@ -206,22 +195,17 @@ class Aggregator(Progress):
         return thread
 
     def request_stop(self, reason: str) -> None:
-        """Begin the drain (safe from a signal handler or another thread).
-
-        A drain for the wait file goes on while writers still write: its deadline is
-        ``drain_timeout`` after the last record read (the node's other tasks may outlive
-        the one that made the wait file, and what they log is what one needs). Any other
-        reason (a signal, ``shutdown``), also one during such a drain, sets a fixed
-        deadline ``drain_timeout`` from now: Slurm's SIGKILL follows its SIGTERM."""
-        now = time.monotonic()
-        if self.stop_reason is None:
-            self.stop_reason = reason
-            self._follow = reason == WAIT_FILE_REASON
-            self._deadline = now + self.config.drain_timeout
-        elif self._follow and reason != WAIT_FILE_REASON:
-            self._follow = False
-            self._deadline = min(self._deadline, now + self.config.drain_timeout)
+        """Begin the drain (safe from a signal handler or another thread; see ``drain.py``)."""
+        self._drain.request(reason)
         self._waker.wake()
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self._drain.reason
+
+    @property
+    def _deadline(self) -> float:
+        return self._drain.deadline
 
     def shutdown(self, timeout: float | None = None, *, unwaited: Iterable[str] = ()) -> None:
         """Drain (within the drain timeout), stop and wait for the thread to end.
@@ -242,42 +226,13 @@ class Aggregator(Progress):
         """The OTLP endpoint's sink, else the OTLP/JSON one (None when OTLP is off)."""
         return self._sinks.get("otlp") or self._sinks.get("otlp_json")
 
-    def _defer_metrics(self) -> None:
-        """Health metrics start once the loop and every sink have caught up with the spool,
-        or one export interval from now at the latest: setting up the SDK's exporter costs
-        about 0.1 s of the GIL a catch-up needs, and nothing is lost by waiting (the
-        instruments observe the aggregator's totals, and the first export would come one
-        interval after the start anyway)."""
-        if "otlp" in self._sinks:
-            from nvrx_otel.aggregator.otlp_metrics import export_interval
-
-            self._metrics_due = time.monotonic() + export_interval(self.config.status_interval)
-
-    def _start_metrics_when_due(self, now: float, backlog: bool) -> None:
-        due = self._metrics_due
-        if due is None:
-            return
-        if now >= due or (not backlog and all(s.caught_up() for s in self._sinks.values())):
-            self._start_metrics()
-
-    def _start_metrics(self) -> None:
-        """Health metrics over the same endpoint as the logs (when there is one)."""
-        self._metrics_due = None
-        otlp = self._sinks.get("otlp")
-        if otlp is not None:
-            from nvrx_otel.aggregator.otlp_metrics import start_health_metrics
-
-            self._metrics = start_health_metrics(
-                self.config, self.health, otlp, lambda: self._backlog_bytes
-            )
+    @property
+    def _metrics(self) -> HealthMetrics | None:
+        return self._health_metrics.metrics
 
     def _close(self) -> None:
         self._fifo.stop()
-        if self._metrics_due is not None:  # stopped before they were due: export them once
-            self._start_metrics()
-        if self._metrics is not None:  # a last export, within what is left of the drain
-            self._metrics.shutdown(min(1.0, max(0.1, self._deadline - time.monotonic())))
-            self._metrics = None
+        self._health_metrics.stop(self._deadline)
         for sink in self._sinks.values():
             sink.stop(time.monotonic())
         self._spool.close()
@@ -294,22 +249,19 @@ class Aggregator(Progress):
         next_scan = 0.0
         next_other_scan = time.monotonic() + cfg.check_interval  # open() has just looked
         backlog = announced = False
-        told = 0.0  # the drain deadline the sinks were last given
         while True:
             now = time.monotonic()
             if self.stop_reason is None and self._wait.fresh():
                 self.request_stop(WAIT_FILE_REASON)
             stopping = self.stop_reason is not None
-            if stopping and not told <= self._deadline < told + 0.5:
-                told = self._deadline  # again when it moved: sooner, or on by a following drain
+            if self._drain.retell():
                 for sink in self._sinks.values():
                     sink.drain_by(self._deadline)
             if stopping and not announced:
                 announced = True
-                bound = "after the last record read" if self._follow else "at most"
                 say(
                     f"draining ({self.stop_reason}): reading until no writer is left, "
-                    f"{bound} {cfg.drain_timeout:g} s"
+                    f"{self._drain.bound()}"
                 )
             if stopping and now >= self._deadline:
                 break
@@ -339,14 +291,14 @@ class Aggregator(Progress):
                 continue
             self._write_error = ""
             now = time.monotonic()
-            if self._follow and self.health.written != written:
-                self._deadline = max(self._deadline, now + cfg.drain_timeout)
+            if self.health.written != written:
+                self._drain.read_on(now)
             if stopping and (now >= self._deadline or (not backlog and self._drained())):
                 break
             if now >= next_status:
                 self._status()
                 next_status = now + status_every
-            self._start_metrics_when_due(now, backlog)
+            self._health_metrics.when_due(now, backlog)
             if not backlog:
                 self._waker.sleep(self._idle_time(now, next_status, stopping))
         self._finish()

@@ -105,8 +105,7 @@ def build_sinks(config: Any, node_id: str) -> dict[str, Sink]:
         try:
             json = JsonLines(json_dir, safe_component(node_id))
         except OSError as exc:
-            from nvrx_otel.aggregator.lifecycle import AggregatorError
-            from nvrx_otel.aggregator.service import not_a_directory
+            from nvrx_otel.aggregator.lifecycle import AggregatorError, not_a_directory
 
             blocked = not_a_directory(json_dir)
             why = str(exc) if blocked is None else f"{blocked} is not a directory"

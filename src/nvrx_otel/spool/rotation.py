@@ -130,9 +130,14 @@ class Files:
         fds = [*also, self.old, *self.retired]
         self.retired = []
         self.old = -1
-        for fd in fds:
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        close_quietly(fds)
+
+
+def close_quietly(fds: list[int]) -> None:
+    """Close each descriptor of ``fds`` that is >= 0, ignoring errors (forget them first)."""
+    for fd in fds:
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass

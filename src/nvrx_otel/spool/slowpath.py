@@ -170,12 +170,7 @@ class WriterSlowPath:
         fds = [self.dir_fd, *self._old_dir_fds]
         self.dir_fd = -1
         self._old_dir_fds = []
-        for fd in fds:
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        rotation.close_quietly(fds)
 
     def _open_next(self) -> bool:
         files = self._files

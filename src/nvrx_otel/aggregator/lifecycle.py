@@ -93,6 +93,24 @@ class WaitFile:
         seen = self._stat()
         return seen is not None and seen != self.stale
 
+    def problems(self) -> list[str]:
+        """What to tell people at the start: a wait file that cannot appear yet, or one
+        that is stale."""
+        out = []
+        wait_dir = self.path.parent if self.path is not None else None
+        if wait_dir is not None and not wait_dir.is_dir():
+            what = "is not a directory" if wait_dir.exists() else "does not exist"
+            out.append(
+                f"the wait file's directory {wait_dir} {what}: {self.path} cannot "
+                "appear until it is made (SIGTERM or SIGINT stop this aggregator meanwhile)"
+            )
+        if self.stale is not None:
+            out.append(
+                f"wait file {self.path} is older than this aggregator: "
+                "ignoring it until it is made again"
+            )
+        return out
+
 
 class Waker:
     """Sleeps that end early when :meth:`wake` is called (from a thread or a signal handler)."""

@@ -43,7 +43,7 @@ from nvrx_otel.aggregator.metrics_start import MetricsStart
 from nvrx_otel.aggregator.nodelog import NodeLogFile, escape
 from nvrx_otel.aggregator.output import Output, RecordSink
 from nvrx_otel.aggregator.reader import Chunk, read_chunk
-from nvrx_otel.aggregator.sinks import build_sinks
+from nvrx_otel.aggregator.sinks import build_sinks, deliver_and_stop
 from nvrx_otel.aggregator.spooldir import SpoolDir
 from nvrx_otel.identity import get_identity
 from nvrx_otel.spool.paths import SpoolPathError, job_dir, safe_component
@@ -148,20 +148,9 @@ class Aggregator(Progress):
             if isinstance(exc, OSError):
                 raise AggregatorError(f"cannot resume from {self.job_dir}: {exc}") from None
             raise
-        wait_dir = self.config.wait_file.parent if self.config.wait_file is not None else None
-        if wait_dir is not None and not wait_dir.is_dir():
-            what = "is not a directory" if wait_dir.exists() else "does not exist"
-            say(
-                f"the wait file's directory {wait_dir} {what}: {self.config.wait_file} cannot "
-                "appear until it is made (SIGTERM or SIGINT stop this aggregator meanwhile)"
-            )
-        if self._wait.stale is not None:
-            say(
-                f"wait file {self.config.wait_file} is older than this aggregator: "
-                "ignoring it until it is made again"
-            )
-        for line in self.health.scan_other_jobs(self.config.spool_root, self.job_dir):
+        for line in self._wait.problems():
             say(line)
+        self._scan_other_jobs()
         self._opened = True
 
     def run(self, *, install_signals: bool = False) -> int:
@@ -417,11 +406,7 @@ class Aggregator(Progress):
             deadline = self._deadline  # the sinks deliver what they hold within the drain
             if deadline == float("inf"):
                 deadline = time.monotonic() + self.config.drain_timeout
-            for sink in self._sinks.values():
-                sink.drain_by(deadline)
-            for sink in self._sinks.values():
-                sink.stop(deadline)
-                say(sink.summary())
+            deliver_and_stop(self._sinks, deadline)
             self._delete_consumed()
             self._commit()
             live = self._spool.live_writers()

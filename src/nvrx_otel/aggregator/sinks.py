@@ -13,6 +13,7 @@ imports none of it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -112,3 +113,15 @@ def build_sinks(config: Any, node_id: str) -> dict[str, Sink]:
             raise AggregatorError(f"cannot write OTLP/JSON lines to {json_dir}: {why}") from None
         sinks["otlp_json"] = OtlpExport(exporters=[json], label="OTLP/JSON")
     return sinks
+
+
+def deliver_and_stop(sinks: Mapping[str, Sink], deadline: float) -> None:
+    """At the end of a run: every sink delivers what it holds by ``deadline`` (monotonic),
+    all at once, then stops and says its summary."""
+    from nvrx_otel.aggregator.health import say
+
+    for sink in sinks.values():
+        sink.drain_by(deadline)
+    for sink in sinks.values():
+        sink.stop(deadline)
+        say(sink.summary())

@@ -91,8 +91,9 @@ def test_encoding_decodes_with_opentelemetry_proto() -> None:
     assert (lr.severity_number, lr.severity_text) == (10, "SUCCESS")  # SUCCESS -> INFO2
     attrs = {kv.key: any_value(kv.value) for kv in lr.attributes}
     assert attrs[semconv.CODE_FILE_PATH] == "/x/train.py" and attrs[semconv.CODE_LINE_NUMBER] == 7
-    assert attrs[semconv.RECORD_KEY] == "ab-1" and attrs[semconv.EXCEPTION_TYPE] == "ValueError"
-    assert attrs["tags"] == ["a"] and attrs[semconv.LOGGER_NAME] == "app"
+    assert attrs[semconv.LOG_RECORD_UID] == "ab-1" and attrs[semconv.EXCEPTION_TYPE] == "ValueError"
+    assert attrs[semconv.RECORD_KEY] == "ab-1"  # the deprecated alias, for one release
+    assert attrs["tags"] == ["a"] and "log.logger.name" not in attrs  # the scope names it
     assert lr.trace_id.hex() == record["trace_id"] and lr.span_id.hex() == record["span_id"]
     span = {"k": "span_end", "ts": 20, "start": 10, "trace_id": record["trace_id"],
             "span_id": "00f067aa0ba902b7", "parent_id": "b7ad6b7169203331", "name": "n",

@@ -129,15 +129,23 @@ class LogsEncoder:
 
     def __init__(self) -> None:
         self._shared: dict[tuple[Any, ...], bytes] = {}
-        self._key_prefix = field(_T_KV_KEY, semconv.RECORD_KEY.encode())
-        # the record key's attribute up to the key's bytes, per key length (one byte each)
-        prefix = self._key_prefix
+        # The record's key goes out twice: as log.record.uid and, for one release, as its
+        # deprecated alias nv.nvrx.record.key (semconv.RECORD_KEY).
+        self._key_names = (
+            field(_T_KV_KEY, semconv.LOG_RECORD_UID.encode()),
+            field(_T_KV_KEY, semconv.RECORD_KEY.encode()),
+        )
+        longest = max(map(len, self._key_names))
+        # each key attribute up to the key's bytes, per key length (one-byte lengths)
         self._key_heads = [
-            bytes((_T_LR_ATTR, len(prefix) + 4 + k)) + prefix + bytes((_T_KV_VALUE, k + 2, 0x0A, k))
-            for k in range(124 - len(prefix))
+            [
+                bytes((_T_LR_ATTR, len(name) + 4 + k)) + name + bytes((_T_KV_VALUE, k + 2, 0x0A, k))
+                for k in range(124 - longest)
+            ]
+            for name in self._key_names
         ]
-        # an item's bytes besides its call site's, its message's and its key's
-        self._fixed = 9 + 4 + len(self._key_heads[0])
+        # an item's bytes besides its call site's, its message's and its key's (twice)
+        self._fixed = 9 + 4 + sum(len(heads[0]) for heads in self._key_heads)
 
     def _serialize_shared(self, r: Record) -> bytes:
         """Severity, severity text and the call site's attributes (code line included)."""
@@ -149,7 +157,7 @@ class LogsEncoder:
             out += _SMALL[_T_LR_SEVERITY] + varint(number)
         if lvl:
             out += field(_T_LR_SEVERITY_TEXT, str(lvl).encode("utf-8", "replace"))
-        attrs: dict[str, Any] = {semconv.LOGGER_NAME: r.get("lg", "")}
+        attrs: dict[str, Any] = {}  # the logger name is the scope's name, not an attribute
         for key, name in (
             (semconv.CODE_FILE_PATH, "path"),
             (semconv.CODE_FUNCTION_NAME, "fn"),
@@ -186,11 +194,13 @@ class LogsEncoder:
         else:
             body = field(_T_LR_BODY, field(_T_ANY_STRING, msg))
             kv = field(_T_KV_VALUE, field(_T_ANY_STRING, key))
+        uid, alias = self._key_names
         parts = [
             _times(0x09, r["ts"], 0x59, observed_ns),
             shared,
             body,
-            field(_T_LR_ATTR, self._key_prefix + kv),
+            field(_T_LR_ATTR, uid + kv),
+            field(_T_LR_ATTR, alias + kv),
         ]
         if "exc_type" in r:
             parts.append(field(_T_LR_ATTR, key_value(semconv.EXCEPTION_TYPE, r["exc_type"])))
@@ -224,7 +234,7 @@ class LogsEncoder:
         stamp = _stamp
         fixed = self._fixed
         bodies = _BODY_HEADS
-        keys = self._key_heads
+        keys, aliases = self._key_heads
         heads = _ITEM_HEADS
         join = b"".join
         for resource, records in batch:
@@ -252,9 +262,8 @@ class LogsEncoder:
                             items = scopes[logger] = []
                         at = sites[site] = (items, observed + shared)
                     items, prefix = at
-                    size = fixed + len(prefix) + len(msg) + len(key)
+                    size = fixed + len(prefix) + len(msg) + 2 * len(key)
                     if size < len(heads):
-                        k = keys[len(key)]
                         items.append(
                             join(
                                 (
@@ -263,7 +272,9 @@ class LogsEncoder:
                                     prefix,
                                     bodies[len(msg)],
                                     msg,
-                                    k,
+                                    keys[len(key)],
+                                    key,
+                                    aliases[len(key)],
                                     key,
                                 )
                             )

@@ -94,6 +94,7 @@ def reference(batch: list[tuple[dict[str, Any], list[dict[str, Any]]]], observed
     for resource, recs in batch:
         rl = req.resource_logs.add()
         rl.resource.SetInParent()
+        rl.schema_url = semconv.SCHEMA_URL
         for key, value in resource.items():
             kv = rl.resource.attributes.add()
             kv.key = key
@@ -105,6 +106,7 @@ def reference(batch: list[tuple[dict[str, Any], list[dict[str, Any]]]], observed
                 sl = scopes[r.get("lg", "")] = rl.scope_logs.add()
                 sl.scope.name = r.get("lg", "")
                 sl.scope.SetInParent()
+                sl.schema_url = semconv.SCHEMA_URL
             lr = scopes[r.get("lg", "")].log_records.add()
             lr.time_unix_nano = r["ts"]
             lr.observed_time_unix_nano = observed

@@ -52,6 +52,7 @@ _T_ITEMS: Final = 0x12  # ScopeLogs.log_records, ResourceLogs.scope_logs
 _T_NAME: Final = 0x0A  # InstrumentationScope.name
 _T_RES_ATTR: Final = 0x0A  # Resource.attributes
 _T_REQ: Final = 0x0A  # ExportLogsServiceRequest.resource_logs
+_T_SCHEMA_URL: Final = 0x1A  # ScopeLogs.schema_url, ResourceLogs.schema_url
 
 _SMALL: Final = [bytes((n,)) for n in range(128)]
 _TRUE: Final = bytes((_T_ANY_BOOL, 1))
@@ -146,6 +147,7 @@ class LogsEncoder:
         ]
         # an item's bytes besides its call site's, its message's and its key's (twice)
         self._fixed = 9 + 4 + sum(len(heads[0]) for heads in self._key_heads)
+        self._schema = field(_T_SCHEMA_URL, semconv.SCHEMA_URL.encode())
 
     def _serialize_shared(self, r: Record) -> bytes:
         """Severity, severity text and the call site's attributes (code line included)."""
@@ -236,6 +238,7 @@ class LogsEncoder:
         bodies = _BODY_HEADS
         keys, aliases = self._key_heads
         heads = _ITEM_HEADS
+        schema = self._schema
         join = b"".join
         for resource, records in batch:
             scopes: dict[str, list[bytes]] = {}
@@ -290,11 +293,14 @@ class LogsEncoder:
             size = len(body[0])
             for logger, items in scopes.items():
                 scope = field(_T_SCOPE, field(_T_NAME, logger.encode("utf-8", "replace")))
-                n = len(scope) + sum(map(len, items))
+                n = len(scope) + sum(map(len, items)) + len(schema)
                 head = _SMALL[_T_ITEMS] + varint(n)
                 body += (head, scope)
                 body += items
+                body.append(schema)  # ScopeLogs.schema_url
                 size += len(head) + n
+            body.append(schema)  # ResourceLogs.schema_url
+            size += len(schema)
             out += (_SMALL[_T_REQ], varint(size))
             out += body
         return b"".join(out)

@@ -4,9 +4,7 @@ semantic-convention files, unknown fields, and the true stability of referenced 
 from __future__ import annotations
 
 import copy
-import importlib
 import json
-import pkgutil
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 import yaml
 
 from nvrx_otel import _semconv_model
+from tests.semconv_check import otel_semconv_ids, otel_stable_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "model"
@@ -114,26 +113,6 @@ def test_the_schema_and_its_notice_are_the_ones_copied_from_weaver() -> None:
 # --- the referenced OpenTelemetry attributes --------------------------------------------------
 
 
-def _otel_attribute_ids(stable: bool) -> set[str]:
-    """The attribute ids of opentelemetry-semantic-conventions: its stable modules, or all."""
-    package = importlib.import_module(
-        "opentelemetry.semconv.attributes"
-        if stable
-        else "opentelemetry.semconv._incubating.attributes"
-    )
-    ids: set[str] = set()
-    for info in pkgutil.iter_modules(package.__path__):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
-        ids.update(v for k, v in vars(module).items() if k.isupper() and isinstance(v, str))
-    return ids | (_otel_attribute_ids(True) if not stable else set())
-
-
-def otel_semconv_ids() -> set[str]:
-    """Every attribute id of the OpenTelemetry semantic conventions the installed
-    opentelemetry-semantic-conventions package holds (stable and in development)."""
-    return _otel_attribute_ids(False)
-
-
 def test_referenced_attributes_are_opentelemetrys_with_their_true_stability() -> None:
     from opentelemetry.semconv.schemas import Schemas
 
@@ -143,7 +122,7 @@ def test_referenced_attributes_are_opentelemetrys_with_their_true_stability() ->
     latest = max(Schemas, key=lambda s: tuple(map(int, s.value.rsplit("/", 1)[1].split("."))))
     if latest.value != reg.schema_url:
         pytest.skip(f"the installed conventions follow {latest.value}, model/ {reg.schema_url}")
-    stable = _otel_attribute_ids(True)
+    stable = otel_stable_ids()
     truth = {k: "stable" if k in stable else "development" for k in referenced}
     assert referenced == truth
     for key in ("host.name", "process.pid", "thread.id", "thread.name", "log.record.uid"):

@@ -256,7 +256,9 @@ def _stability(group: Mapping[str, Any], where: str) -> str:
 
 
 def _examples(raw: Mapping[str, Any]) -> tuple[Any, ...]:
-    examples = raw.get("examples", ())
+    examples = raw.get("examples")
+    if examples is None:
+        return ()
     return tuple(examples) if isinstance(examples, list) else (examples,)
 
 

@@ -217,7 +217,16 @@ from nvrx_otel.envexternal import MPI_LOCALRANKID as MPI_LOCALRANKID
 from nvrx_otel.envexternal import NO_COLOR as NO_COLOR
 from nvrx_otel.envexternal import NODE_RANK as NODE_RANK
 from nvrx_otel.envexternal import NVRX_OTEL_LOGFLOW_PARENT as NVRX_OTEL_LOGFLOW_PARENT
+from nvrx_otel.envexternal import NVRX_OTEL_LOGURU_COMPRESSION as NVRX_OTEL_LOGURU_COMPRESSION
 from nvrx_otel.envexternal import NVRX_OTEL_LOGURU_DIAGNOSE as NVRX_OTEL_LOGURU_DIAGNOSE
+from nvrx_otel.envexternal import NVRX_OTEL_LOGURU_FILE_FORMAT as NVRX_OTEL_LOGURU_FILE_FORMAT
+from nvrx_otel.envexternal import NVRX_OTEL_LOGURU_FILE_PER as NVRX_OTEL_LOGURU_FILE_PER
+from nvrx_otel.envexternal import NVRX_OTEL_LOGURU_RELOAD_ACTION as NVRX_OTEL_LOGURU_RELOAD_ACTION
+from nvrx_otel.envexternal import NVRX_OTEL_LOGURU_RELOAD_SIGNAL as NVRX_OTEL_LOGURU_RELOAD_SIGNAL
+from nvrx_otel.envexternal import (
+    NVRX_OTEL_LOGURU_ROTATION_INTERVAL as NVRX_OTEL_LOGURU_ROTATION_INTERVAL,
+)
+from nvrx_otel.envexternal import NVRX_OTEL_LOGURU_ROTATION_SIZE as NVRX_OTEL_LOGURU_ROTATION_SIZE
 from nvrx_otel.envexternal import OMPI_COMM_WORLD_LOCAL_RANK as OMPI_COMM_WORLD_LOCAL_RANK
 from nvrx_otel.envexternal import OMPI_COMM_WORLD_LOCAL_SIZE as OMPI_COMM_WORLD_LOCAL_SIZE
 from nvrx_otel.envexternal import OMPI_COMM_WORLD_RANK as OMPI_COMM_WORLD_RANK

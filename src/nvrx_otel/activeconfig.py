@@ -164,9 +164,9 @@ def _spool_root(
 def _logging(e: Mapping[str, str], own: bool, spool_dir: str | None) -> list[ActiveSetting]:
     args = _arguments("nvrx_otel.logging.setup", own)
     caller = "setup_logger()"
-    out = [_spool_root(e, args, "node_local_tmp_dir", caller, spool_dir)]
+    root_setting = _spool_root(e, args, "node_local_tmp_dir", caller, spool_dir)
     disabled, d_source, d_problem = from_env(env.DISABLED, e)
-    out.append(ActiveSetting("logging", "disabled", disabled, d_source, d_problem))
+    out = [ActiveSetting("logging", "disabled", disabled, d_source, d_problem)]
     debug, source, problem = from_env(env.LOG_DEBUG, e)
     out.append(ActiveSetting("logging", "level", "DEBUG" if debug else "INFO", source, problem))
     to_stdout, source, problem = from_env(env.LOG_TO_STDOUT, e)
@@ -174,7 +174,7 @@ def _logging(e: Mapping[str, str], own: bool, spool_dir: str | None) -> list[Act
     out.append(ActiveSetting("logging", "stream (without a spool)", stream, source, problem))
     if "log_file" in args:
         out.append(ActiveSetting("logging", "log_file", args["log_file"], f"argument of {caller}"))
-    root = out[0].value
+    root = root_setting.value
     if "log_file" in args:
         where = "log_file"
     elif disabled:
@@ -182,8 +182,7 @@ def _logging(e: Mapping[str, str], own: bool, spool_dir: str | None) -> list[Act
     else:
         where = "spool" if root else stream
     out.append(ActiveSetting("logging", "records go to", where, "worked out from the above"))
-    out += _spool(e, root)
-    return out
+    return [*out, root_setting, *_spool(e, root)]
 
 
 def _spool(e: Mapping[str, str], root: str | None) -> list[ActiveSetting]:

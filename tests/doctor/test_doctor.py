@@ -11,6 +11,8 @@ import orjson
 import pytest
 
 from nvrx_otel.cli import main
+from nvrx_otel.logging import setup_logger
+from nvrx_otel.spool.registry import close_writers
 from tests.aggregator.spoolkit import FakeWriter, config, running, spool_dir
 from tests.otlp_receiver import OtlpReceiver
 
@@ -165,22 +167,24 @@ def test_served_spool_is_fine(
         code, doc = doctor_json(capsys)
         assert doc["spool"]["aggregator_pid"] is not None
         assert code == 0, doc["problems"]
-    w.close()
+        w.close()  # the aggregator drains at exit: it waits for live writers
 
 
 def test_writer_at_its_budget_is_a_problem(
-    capsys: pytest.CaptureFixture[str], job: Path, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], job: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    w = FakeWriter(job)
-    header = (job / w.path.name).read_bytes()
-    doc = orjson.loads(header)
-    doc["budget"] = len(header) + 10  # a budget the file already fills
-    w.close()
-    (job / w.path.name).write_bytes(orjson.dumps(doc) + b"\n" + b"x" * 20 + b"\n")
-    with running(config(tmp_path)):
-        code, report = doctor_json(capsys)
+    """A live writer whose files leave no room for another within its budget drops new
+    records once its file is full: the writer's own rule, read from its header."""
+    monkeypatch.setenv("NVRX_LOG_MAX_FILE_SIZE_KB", "4")
+    monkeypatch.setenv("NVRX_OTEL_SPOOL_BUDGET_MB", "0.004")  # 4194 bytes: one 4 KB file
+    setup_logger().info("one record")
+    code, doc = doctor_json(capsys)
+    (writer,) = doc["spool"]["writers"]
+    assert writer["live"] and writer["max_file"] == 4096
+    assert writer["budget"] == int(0.004 * 1024 * 1024)
     assert code == 1
-    assert any("drops new records" in p for p in report["problems"])
+    assert any("drops new records once its current file is full" in p for p in doc["problems"])
+    close_writers()
 
 
 def test_unusable_spool_is_a_problem(

@@ -177,8 +177,11 @@ def _judge_spool(report: Report, disabled: bool) -> None:
     for w in st.writers:
         who = f"writer {w.writer} ({w.proc}, pid {w.pid})"
         share = f"{human_bytes(w.held)} of its {human_bytes(w.budget)} budget"
-        if w.budget and w.held >= w.budget:
-            report.problems.append(f"{who} holds {share}: it drops new records")
+        if w.at_budget:
+            report.problems.append(
+                f"{who} holds {share}, no room for another {human_bytes(w.max_file)} file: "
+                "it drops new records once its current file is full"
+            )
         elif w.budget_share >= BUDGET_WARN:
             report.warnings.append(f"{who} holds {share}: the aggregator is falling behind")
     for job in st.other_jobs:

@@ -33,11 +33,18 @@ class WriterInfo:
     held: int  # bytes of its files on disk: what counts against its budget
     backlog: int  # bytes not yet in the node log
     budget: int  # from its newest header (0: unknown)
+    max_file: int  # the size at which it rotates, from the same header (0: unknown)
 
     @property
     def budget_share(self) -> float:
         """How much of its budget the writer's files take (0 when the budget is unknown)."""
         return self.held / self.budget if self.budget else 0.0
+
+    @property
+    def at_budget(self) -> bool:
+        """A live writer with no room for another file within its budget: it drops new
+        records once its current file is full (the writer's own rule)."""
+        return self.live and bool(self.budget) and self.held + self.max_file > self.budget
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,7 @@ def inspect(root: str | None, job_dir: Path | None) -> SpoolState:
             held = sum(spool.current_size(f) for f in present)
             backlog = sum(max(0, spool.current_size(f) - f.done) for f in present)
             newest = present[-1] if present else files[-1]
+            budget, max_file = _limits(job_dir / newest.name)
             st.writers.append(
                 WriterInfo(
                     writer=writer,
@@ -113,7 +121,8 @@ def inspect(root: str | None, job_dir: Path | None) -> SpoolState:
                     files=len(present),
                     held=held,
                     backlog=backlog,
-                    budget=_budget(job_dir / newest.name),
+                    budget=budget,
+                    max_file=max_file,
                 )
             )
     finally:
@@ -121,15 +130,20 @@ def inspect(root: str | None, job_dir: Path | None) -> SpoolState:
     return st
 
 
-def _budget(path: Path) -> int:
-    """The budget the file's header states (0 when it cannot be read)."""
+def _limits(path: Path) -> tuple[int, int]:
+    """The budget and rotation size the file's header states (0 when unknown)."""
     try:
         with open(path, "rb") as f:
-            line = f.readline(65536)
-        value = orjson.loads(line).get("budget", 0)
-    except (OSError, orjson.JSONDecodeError, AttributeError):
-        return 0
-    return value if isinstance(value, int) and value > 0 else 0
+            header = orjson.loads(f.readline(65536))
+    except (OSError, orjson.JSONDecodeError):
+        return 0, 0
+    if not isinstance(header, dict):
+        return 0, 0
+    budget, max_file = header.get("budget"), header.get("max")
+    return (
+        budget if isinstance(budget, int) and budget > 0 else 0,
+        max_file if isinstance(max_file, int) and max_file > 0 else 0,
+    )
 
 
 def _aggregator_pid(job_dir: Path) -> int | None:

@@ -235,6 +235,8 @@ from nvrx_otel.envexternal import OTEL_EXPORTER_OTLP_TIMEOUT as OTEL_EXPORTER_OT
 from nvrx_otel.envexternal import (
     OTEL_EXPORTER_OTLP_TRACES_PROTOCOL as OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
 )
+from nvrx_otel.envexternal import OTEL_PYTHON_CONFIGURATOR as OTEL_PYTHON_CONFIGURATOR
+from nvrx_otel.envexternal import OTEL_PYTHON_DISTRO as OTEL_PYTHON_DISTRO
 from nvrx_otel.envexternal import OTEL_RESOURCE_ATTRIBUTES as OTEL_RESOURCE_ATTRIBUTES
 from nvrx_otel.envexternal import OTEL_SDK_DISABLED as OTEL_SDK_DISABLED
 from nvrx_otel.envexternal import OTEL_SERVICE_NAME as OTEL_SERVICE_NAME

@@ -26,8 +26,9 @@ from typing import Any, Final
 from opentelemetry.instrumentation.distro import (  # type: ignore[attr-defined]
     BaseDistro,  # (the module is marked "type: ignore": mypy sees none of its names)
 )
-from opentelemetry.instrumentation.environment_variables import OTEL_PYTHON_CONFIGURATOR
 from opentelemetry.sdk._configuration import _BaseConfigurator
+
+from nvrx_otel import env
 
 NAME: Final = "nvrx_otel"
 """The entry point name of the distro and the configurator (``OTEL_PYTHON_DISTRO``,
@@ -38,7 +39,7 @@ class NvrxDistro(BaseDistro):  # type: ignore[misc]  # the base class is untyped
     """Selects the nvrx-otel configurator unless ``OTEL_PYTHON_CONFIGURATOR`` names one."""
 
     def _configure(self, **kwargs: Any) -> None:
-        os.environ.setdefault(OTEL_PYTHON_CONFIGURATOR, NAME)
+        os.environ.setdefault(env.OTEL_PYTHON_CONFIGURATOR, NAME)
 
 
 class NvrxConfigurator(_BaseConfigurator):

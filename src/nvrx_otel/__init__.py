@@ -10,6 +10,7 @@ from nvrx_otel.identity import Identity, clear_identity, get_identity, set_ident
 
 if TYPE_CHECKING:
     from nvrx_otel.activeconfig import get_active_config
+    from nvrx_otel.runtags import run_tags, set_run_tags
 
 __all__ = [
     "Identity",
@@ -17,7 +18,9 @@ __all__ = [
     "clear_identity",
     "get_active_config",
     "get_identity",
+    "run_tags",
     "set_identity",
+    "set_run_tags",
 ]
 
 
@@ -26,4 +29,8 @@ def __getattr__(name: str) -> Any:
         from nvrx_otel.activeconfig import get_active_config
 
         return get_active_config
+    if name in ("run_tags", "set_run_tags"):
+        from nvrx_otel import runtags
+
+        return getattr(runtags, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -94,6 +94,7 @@ def _identity(ident: Identity, e: Mapping[str, str], job: str | None) -> dict[st
         "node": f"{ident.node_id} ({node_src})",
         "job": job_text,
         "restart cycle": rank(ident.restart_cycle),
+        "run tags": ", ".join(f"{k}={v}" for k, v in ident.run_tags) or "none",
     }
 
 

@@ -36,6 +36,7 @@ INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"
 
 @pytest.mark.parametrize("named", [True, False], ids=["OTEL_PYTHON_DISTRO", "only-distro"])
 def test_zero_code_spans_and_logs_reach_node_log_and_otlp(tmp_path: Path, named: bool) -> None:
+    assert INSTRUMENT.exists(), "opentelemetry-instrument is missing: install the instrument extra"
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     extra = {"SLURM_JOB_ID": "job1", "RANK": "0"}

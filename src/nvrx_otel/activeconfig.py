@@ -330,5 +330,7 @@ def _other(e: Mapping[str, str]) -> list[ActiveSetting]:
         if not name.startswith(("NVRX_", "OTEL_")):
             continue
         value, source, problem = from_env(row, e)
+        if row.parse is env.parse_tags and value is not None:
+            value = dict(value)  # key=value pairs, in order
         out.append(ActiveSetting("other", name, value, source, problem))
     return out

@@ -37,7 +37,7 @@ _LAUNCHERS: Final = (
     (env.PMIX_RANK, "PMIx"),
     (env.TORCHELASTIC_RUN_ID, "torchrun"),
     (env.GROUP_RANK, "torchrun"),
-    (env.RANK, "RANK (launcher unknown)"),
+    (env.RANK, "unknown launcher"),
 )
 
 

@@ -182,15 +182,16 @@ def _logging(e: Mapping[str, str], own: bool, spool_dir: str | None) -> list[Act
     else:
         where = "spool" if root else stream
     out.append(ActiveSetting("logging", "records go to", where, "worked out from the above"))
-    return [*out, root_setting, *_spool(e, root)]
+    return [*out, root_setting, *_spool(e, own, root)]
 
 
-def _spool(e: Mapping[str, str], root: str | None) -> list[ActiveSetting]:
+def _spool(e: Mapping[str, str], own: bool, root: str | None) -> list[ActiveSetting]:
+    from nvrx_otel.identity import get_identity
     from nvrx_otel.identity import resolve as resolve_identity
     from nvrx_otel.spool.paths import job_dir
 
     out: list[ActiveSetting] = []
-    ident = resolve_identity(e, strict=False)
+    ident = get_identity() if own else resolve_identity(e, strict=False)  # set_identity wins
     if root:
         where = "spool root and job id (SLURM_JOB_ID, TORCHELASTIC_RUN_ID, ...)"
         out.append(ActiveSetting("spool", "job directory", str(job_dir(root, ident.job_id)), where))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -85,6 +86,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from nvrx_otel.doctor.report import gather
 
     report = gather(
+        dict(os.environ),  # the environment's settings, not this command's own setup calls
         spool_dir=args.spool_dir,
         job_id=args.job_id,
         otlp_endpoint=args.otlp_endpoint,

@@ -234,7 +234,8 @@ def active_arguments() -> dict[str, str]:
     """The arguments the last ``setup_logger`` call of this process gave (those not None),
     for :func:`nvrx_otel.activeconfig.get_active_config`; empty before any call."""
     settings = _current.get("settings")
-    if not settings:
+    installed = any(getattr(h, _OURS, False) for h in logging.getLogger(LogConfig.name).handlers)
+    if not settings or not installed:
         return {}
     names = ("node_local_tmp_dir", "node_local_tmp_prefix", "log_file")
     return {n: str(v) for n, v in zip(names, settings[:3], strict=True) if v is not None}

@@ -395,6 +395,22 @@ Setting(
 installed exporter entry point (OpenTelemetry); ``none`` also keeps spans out of the spool
 (ids still propagate). Default: ``otlp``.""",
 )
+OTEL_PYTHON_DISTRO: Final = "OTEL_PYTHON_DISTRO"
+Setting(
+    OTEL_PYTHON_DISTRO,
+    parse_text,
+    None,
+    """Distro ``opentelemetry-instrument`` loads (opentelemetry-instrumentation); ``nvrx_otel``
+selects nvrx-otel's. Default: the first installed one.""",
+)
+OTEL_PYTHON_CONFIGURATOR: Final = "OTEL_PYTHON_CONFIGURATOR"
+Setting(
+    OTEL_PYTHON_CONFIGURATOR,
+    parse_text,
+    None,
+    """Configurator ``opentelemetry-instrument`` runs (opentelemetry-instrumentation).
+Default: ``nvrx_otel`` when nvrx-otel's distro is loaded, else the first installed one.""",
+)
 OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 Setting(
     OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,

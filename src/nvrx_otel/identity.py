@@ -60,6 +60,8 @@ class Identity:
     restart_cycle: int | None
     host_name: str
     pid: int
+    run_tags: tuple[tuple[str, str], ...] = ()
+    """Run tags (``NVRX_OTEL_RUN_TAGS``, :func:`nvrx_otel.set_run_tags`), in order."""
 
     def attributes(self) -> dict[str, AttributeValue]:
         """The resource attributes of this identity (unknown values left out)."""
@@ -79,6 +81,7 @@ class Identity:
             (semconv.PROCESS_PID, self.pid),
             (semconv.SERVICE_INSTANCE_ID, instance_id()),
         ]
+        pairs += [(run_tag_key(k), v) for k, v in self.run_tags]
         return {k: v for k, v in pairs if v is not None}
 
     def resource(self) -> Resource:
@@ -101,6 +104,15 @@ def instance_id() -> str:
     conventions recommend, made once per process (a forked child makes its own in its fork
     hook). Job, node and pid are attributes of their own."""
     return _instance_id
+
+
+_RUN_TAG_KEYS: Final = {"experiment": semconv.RUN_EXPERIMENT, "run_id": semconv.RUN_ID}
+
+
+def run_tag_key(key: str) -> str:
+    """The attribute key of run tag ``key``: ``experiment`` and ``run_id`` have their own,
+    any other is ``nv.nvrx.run.tag.<key>``."""
+    return _RUN_TAG_KEYS.get(key) or f"{semconv.RUN_TAG}.{key}"
 
 
 _OVERRIDABLE = frozenset(f.name for f in fields(Identity)) - {"pid", "host_name"}
@@ -237,6 +249,7 @@ def resolve(
         restart_cycle=_int(e, env.TORCHELASTIC_RESTART_COUNT, strict),
         host_name=host,
         pid=os.getpid() if pid is None else pid,
+        run_tags=env.RUN_TAGS.get(e, strict=strict, consequence="no run tags") or (),
     )
     unknown = set(overrides) - _OVERRIDABLE
     if unknown:

@@ -80,6 +80,15 @@ RECORD_KEY: Final = "nv.nvrx.record.key"
 RESTART_CYCLE: Final = "nv.nvrx.restart.cycle"
 """Restart cycle of the job, 0 for the first run (TORCHELASTIC_RESTART_COUNT, or the fault-tolerance launcher's cycle)."""
 
+RUN_EXPERIMENT: Final = "nv.nvrx.run.experiment"
+"""Experiment the run belongs to (run tag experiment)."""
+
+RUN_ID: Final = "nv.nvrx.run.id"
+"""Identifier of the run (run tag run_id)."""
+
+RUN_TAG: Final = "nv.nvrx.run.tag"
+"""Prefix of every other run tag, as nv.nvrx.run.tag.<key> (run tag <key>=<value>)."""
+
 SPAN_TRUNCATED: Final = "nv.nvrx.span.truncated"
 """True on a span the aggregator ended because its writer died before ending it."""
 

@@ -186,6 +186,12 @@ def reset_logging() -> None:
         _state = _State()
 
 
+def active_settings() -> Settings | None:
+    """The settings the loguru front end runs with in this process (each with its source),
+    None while it is not configured."""
+    return _state.settings if _state.configured else None
+
+
 def current_run_file() -> Path | None:
     """The run file this process writes, if any (for tests and tools)."""
     return _state.run_file

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.aggregator.spoolkit import process_env
+from tests.aggregator.spoolkit import holds_lock, process_env
 from tests.conftest import spawn
 from tests.otlp_receiver import OtlpReceiver
 
@@ -45,9 +45,7 @@ def _aggregate(tmp: Path, *args: str) -> str:
 
 
 def _finish(agg: subprocess.Popen[str], tmp: Path) -> str:
-    import time
-
-    time.sleep(0.3)  # the wait file must be newer than the aggregator's start
+    holds_lock(tmp, agg)  # started: a wait file made now is newer than its start
     (tmp / "wait").touch()
     _, err = agg.communicate(timeout=120)
     assert agg.returncode == 0, err

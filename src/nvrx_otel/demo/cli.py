@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -148,6 +149,7 @@ class Demo:
             self.aggregators.wait(timeout=max(deadline - time.monotonic(), 1.0))
             display.nodes(self.aggregators.status())
             self.state.phase = "done"
+        shutil.rmtree(self.plan.collective_dir, ignore_errors=True)  # the ranks' scratch
         return self._finish(code, interrupted)
 
     def _job(self, display: Display) -> int:

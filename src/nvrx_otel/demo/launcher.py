@@ -75,9 +75,11 @@ class Launcher:
 
     # --- one cycle ----------------------------------------------------------------------
 
-    def spawn(self, rank: int, cycle: int, start: int) -> Worker:
+    def spawn(self, rank: int, cycle: int, start: int, context: dict[str, str]) -> Worker:
+        """Start ``rank``; ``context`` is the cycle span's ``TRACEPARENT``."""
         plan = self.plan
-        environ = inject_env(plan.rank_env(rank, cycle))  # TRACEPARENT: the cycle span
+        environ = plan.rank_env(rank, cycle)
+        environ.update(context)
         with open(plan.stderr_dir / f"rank{rank}.txt", "ab") as err:
             proc = subprocess.Popen(
                 [sys.executable, "-m", RANK_MODULE, plan.to_json(), str(cycle), str(start)],
@@ -211,6 +213,7 @@ class Launcher:
         plan = self.plan
         with ft_span(FtSpanKind.CYCLE, cycle=cycle) as span:
             events.emit(events.CYCLE, cycle=cycle, start=start)
+            context = inject_env({})  # the cycle span: the parent of the workers' spans
             with ft_span(FtSpanKind.RENDEZVOUS, cycle=cycle):
                 (plan.collective_dir / f"cycle{cycle}").mkdir(parents=True, exist_ok=True)
                 self.log.info(
@@ -219,7 +222,7 @@ class Launcher:
             with ft_span(FtSpanKind.WORKER_LAUNCH, cycle=cycle):
                 workers = self.workers = []
                 for rank in range(plan.world_size):
-                    workers.append(self.spawn(rank, cycle, start))
+                    workers.append(self.spawn(rank, cycle, start, context))
                 self.log.info("cycle %d: started %d workers", cycle, len(workers))
             outcome = self.watch(workers)
             if outcome.kind is None:

@@ -62,6 +62,7 @@ class Aggregators:
                 "--job-id", plan.job_id,
                 "--otlp-json", str(plan.otlp_dir),
                 "--check-interval", "0.2",
+                "--en-chronological-ordering",
                 "--drain-timeout", str(DRAIN_TIMEOUT_S),
             ]  # fmt: skip
             if plan.otlp_endpoint is not None:

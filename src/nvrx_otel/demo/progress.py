@@ -165,7 +165,7 @@ class Display:
 
     def event(self, event: dict[str, Any]) -> None:
         line = self.state.apply(event)
-        if line is not None and self.live is None:
+        if line is not None:  # above the live table on a terminal
             self.console.print(line, markup=False, highlight=False)
 
     def nodes(self, statuses: list[NodeStatus]) -> None:

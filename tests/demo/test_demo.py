@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -17,7 +18,8 @@ import pytest
 
 from nvrx_otel import semconv
 from nvrx_otel.demo.collective import COLLECTIVE_OP, COLLECTIVE_SPAN
-from tests.collector.harness import logs, spans
+from tests.collector.harness import logs, spans, wait_until
+from tests.conftest import spawn
 
 NODES, PER_NODE, STEPS = 2, 2, 8
 WORLD = NODES * PER_NODE
@@ -298,3 +300,43 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path, args: list[str], messag
     assert out.returncode == 2
     assert out.stderr == f"nvrx-otel demo: error: {message}\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # nothing was written
+
+
+# --- Ctrl-C --------------------------------------------------------------------------------
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of the running processes whose arguments contain ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in args:
+            found.append(args)
+    return found
+
+
+def test_ctrl_c_stops_the_ranks_drains_the_aggregators_and_exits_130(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = spawn(
+        [sys.executable, "-m", "nvrx_otel.cli", "demo", "--out", str(out), "--steps", "1000",
+         "--nodes", "2", "--ranks-per-node", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    first = out / "collectives" / "cycle0" / "000001"
+    wait_until(lambda: first.is_dir() and len(list(first.iterdir())) == WORLD, "every rank up")
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
+    assert proc.returncode == 130, stdout + stderr
+    assert "nvrx-otel demo: interrupted" in stdout and str(out / "logs") in stdout
+    assert processes_mentioning(str(out)) == []
+    stopped = [
+        r
+        for _, level, _, r, line in Run(out, subprocess.CompletedProcess([], 0)).node_log()
+        if level == "WARNING" and "signal SIGTERM from the launcher" in line
+    ]
+    assert sorted(stopped) == list(range(WORLD))  # logged, then drained into the node log

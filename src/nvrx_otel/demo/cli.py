@@ -139,18 +139,25 @@ class Demo:
                 code = self._job(display)
             except KeyboardInterrupt:
                 interrupted = True
-            self.state.phase = "draining the aggregators"
-            self.aggregators.tell_drain()
-            deadline = time.monotonic() + DRAIN_TIMEOUT_S + 20
-            while self.aggregators.running() and time.monotonic() < deadline:
-                display.nodes(self.aggregators.status())
-                display.refresh()
-                time.sleep(0.2)
-            self.aggregators.wait(timeout=max(deadline - time.monotonic(), 1.0))
-            display.nodes(self.aggregators.status())
-            self.state.phase = "done"
+            try:
+                self._drain(display)
+            except KeyboardInterrupt:  # again: stop waiting (they drain on their own)
+                interrupted = True
         shutil.rmtree(self.plan.collective_dir, ignore_errors=True)  # the ranks' scratch
         return self._finish(code, interrupted)
+
+    def _drain(self, display: Display) -> None:
+        """Tell the aggregators to drain and wait until they have exited."""
+        self.state.phase = "draining the aggregators"
+        self.aggregators.tell_drain()
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S + 20
+        while self.aggregators.running() and time.monotonic() < deadline:
+            display.nodes(self.aggregators.status())
+            display.refresh()
+            time.sleep(0.2)
+        self.aggregators.wait(timeout=max(deadline - time.monotonic(), 1.0))
+        display.nodes(self.aggregators.status())
+        self.state.phase = "done"
 
     def _job(self, display: Display) -> int:
         plan = self.plan
@@ -209,7 +216,8 @@ class Demo:
         elif self.state.outcome:
             outcome = self.state.outcome
         else:
-            outcome = f"the launcher exited with status {code}"
+            launcher_err = plan.stderr_dir / "launcher.txt"
+            outcome = f"the launcher exited with status {code} (its stderr: {launcher_err})"
         took = self.state.elapsed()
         out.print(f"{PROG}: {outcome} ({took:.1f} s)", markup=False, highlight=False)
         print_report(plan.root)

@@ -10,8 +10,11 @@ inside, and its own log lines through ``setup_logger``. It watches its workers:
   (:data:`~nvrx_otel.demo.plan.MAX_RESTARTS`), starts the next cycle from the last
   checkpoint every rank saved, with ``TORCHELASTIC_RESTART_COUNT`` one higher;
 - a worker that keeps the others waiting in a collective for
-  :data:`~nvrx_otel.demo.plan.HANG_TIMEOUT_S` is a hang: its watchdog kills the job
-  (SIGTERM, then SIGKILL for the rank that ignores it) and does not restart it.
+  :data:`~nvrx_otel.demo.plan.HANG_TIMEOUT_S`, silent as long since it started, is a
+  hang (one that is only slow, still starting on a loaded machine, is not): its watchdog
+  kills the job (SIGTERM, then SIGKILL for the rank that ignores it) and does not
+  restart it. A worker not up after :data:`~nvrx_otel.demo.plan.STARTUP_TIMEOUT_S` is a
+  failure.
 
 It forwards the workers' progress events and adds its own on stdout (:mod:`.events`),
 and exits with the job's status: 0 when a cycle finished, 1 when the job failed.
@@ -31,7 +34,7 @@ from typing import IO, TYPE_CHECKING, Any
 from opentelemetry.trace import Status, StatusCode
 
 from nvrx_otel.demo import events
-from nvrx_otel.demo.plan import MAX_RESTARTS, TERM_GRACE_S, Plan
+from nvrx_otel.demo.plan import MAX_RESTARTS, STARTUP_TIMEOUT_S, TERM_GRACE_S, Plan
 from nvrx_otel.logging import setup_logger
 from nvrx_otel.semconv import ERROR_TYPE, FtSpanKind
 from nvrx_otel.tracing import ft_span, inject_env, setup_tracing
@@ -51,6 +54,8 @@ class Worker:
     buffer: events.LineBuffer = field(default_factory=events.LineBuffer)
     step: int = 0
     checkpoint: int = 0
+    started: bool = False  # it said it is up
+    heard: float = field(default_factory=time.monotonic)  # its last event
     stopped: bool = False  # the launcher signalled it
     code: int | None = None
 
@@ -125,7 +130,10 @@ class Launcher:
         if event is None:
             return
         kind = event["event"]
-        if kind == events.STEP:
+        worker.heard = time.monotonic()
+        if kind == events.STARTED:
+            worker.started = True
+        elif kind == events.STEP:
             worker.step = int(event["step"])
         elif kind == events.CHECKPOINT:
             worker.checkpoint = int(event["step"])
@@ -147,13 +155,24 @@ class Launcher:
                     )  # fmt: skip
         if all(w.code is not None for w in workers):
             return Outcome()
-        for event in self._waits.values():
-            if float(event["waited"]) >= self.plan.hang_timeout and event["missing"]:
-                stuck = int(event["missing"][0])
+        now = time.monotonic()
+        for w in workers:
+            if not w.started and now - w.heard > STARTUP_TIMEOUT_S:
                 return Outcome(
-                    HANG, stuck, f"rank {stuck} has not joined {event['op']} of step "
-                    f"{event['step']} for {float(event['waited']):.1f} s",
-                )  # fmt: skip
+                    FAILURE, w.rank, f"rank {w.rank} did not start in {STARTUP_TIMEOUT_S:.0f} s"
+                )
+        by_rank = {w.rank: w for w in workers}
+        timeout = self.plan.hang_timeout
+        for event in self._waits.values():
+            if float(event["waited"]) < timeout:
+                continue
+            for rank in event["missing"]:  # up, and silent for as long: stuck, not slow
+                stuck = by_rank[int(rank)]
+                if stuck.started and now - stuck.heard >= timeout:
+                    return Outcome(
+                        HANG, stuck.rank, f"rank {stuck.rank} has not joined {event['op']} of "
+                        f"step {event['step']} for {float(event['waited']):.1f} s",
+                    )  # fmt: skip
         return None
 
     def stop(self, workers: list[Worker], outcome: Outcome) -> None:

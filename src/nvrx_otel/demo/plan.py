@@ -25,8 +25,12 @@ CHECKPOINT_EVERY: Final = 5
 """A checkpoint is saved every this many steps."""
 
 HANG_TIMEOUT_S: Final = 4.0
-"""How long ranks may wait in one collective before the launcher's watchdog declares a
-hang and kills the job (NCCL's watchdog, much shortened)."""
+"""How long ranks may wait in one collective for a rank that has started and said nothing
+for as long before the launcher's watchdog declares a hang and kills the job (NCCL's
+watchdog, much shortened)."""
+
+STARTUP_TIMEOUT_S: Final = 120.0
+"""A rank that has not said it is up this long after its start is a failure."""
 
 HEARTBEAT_S: Final = 0.5
 """How often a rank waiting in a collective logs that it is still waiting."""

@@ -20,6 +20,7 @@ from nvrx_otel import semconv
 from nvrx_otel.demo.collective import COLLECTIVE_OP, COLLECTIVE_SPAN
 from tests.collector.harness import logs, spans, wait_until
 from tests.conftest import spawn
+from tests.otlp_receiver import OtlpReceiver
 
 NODES, PER_NODE, STEPS = 2, 2, 8
 WORLD = NODES * PER_NODE
@@ -340,3 +341,19 @@ def test_ctrl_c_stops_the_ranks_drains_the_aggregators_and_exits_130(tmp_path: P
         if level == "WARNING" and "signal SIGTERM from the launcher" in line
     ]
     assert sorted(stopped) == list(range(WORLD))  # logged, then drained into the node log
+
+
+# --- a collector -----------------------------------------------------------------------------
+
+
+def test_with_an_otlp_endpoint_the_same_records_go_there_too(tmp_path: Path) -> None:
+    with OtlpReceiver() as receiver:
+        run = demo(tmp_path, "--otlp-endpoint", receiver.endpoint)
+        assert run.proc.returncode == 0, run.proc.stdout + run.proc.stderr
+        keys = {r["attributes"][semconv.RECORD_KEY] for r in run.logs()}
+        span_ids = {s["span_id"] for s in run.spans()}
+        with receiver.lock:  # the aggregators drained: everything was acknowledged
+            got_keys = {r["attributes"][semconv.RECORD_KEY] for r in receiver.logs}
+            got_spans = {s["span_id"] for s in receiver.spans}
+    assert keys and got_keys == keys
+    assert span_ids and got_spans == span_ids

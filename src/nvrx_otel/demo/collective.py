@@ -55,6 +55,7 @@ class Collectives:
         *,
         heartbeat: float,
         on_wait: Callable[[str, int, list[int], float], None],
+        check: Callable[[], None],
     ) -> None:
         self.directory = directory
         self.rank = rank
@@ -62,12 +63,14 @@ class Collectives:
         self.log = log
         self.heartbeat = heartbeat
         self.on_wait = on_wait
+        self.check = check  # raises when the rank is told to stop
         self.seq = 0
         self._tracer = trace.get_tracer(TRACER, __version__)
 
     def __call__(self, op: str, *, step: int, hang: bool = False) -> None:
         """Run collective ``op`` of ``step``; with ``hang`` never come back (the rank is
-        stuck: it ignores SIGTERM, as a process in a device call does)."""
+        stuck: it ignores SIGTERM, as a process in a device call does). ``check`` is
+        called at each look while waiting: what it raises ends the wait and the span."""
         self.seq += 1
         seq = self.seq
         attributes: dict[str, str | int] = {COLLECTIVE_OP: op, COLLECTIVE_SEQ: seq}
@@ -100,6 +103,7 @@ class Collectives:
                     self.on_wait(op, step, missing, waited)
                     next_beat += self.heartbeat
                 time.sleep(POLL_S)
+                self.check()
             span.set_attribute(COLLECTIVE_WAITED, round(time.monotonic() - start, 3))
 
 

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from opentelemetry.trace import Status, StatusCode
 
@@ -42,9 +43,11 @@ from nvrx_otel.tracing import ft_span, inject_env, setup_tracing
 if TYPE_CHECKING:
     import logging
 
-RANK_MODULE = "nvrx_otel.demo.rank"
-HANG: str = "hang"
-FAILURE: str = "failure"
+RANK_MODULE: Final = "nvrx_otel.demo.rank"
+HANG: Final = "hang"
+"""The kind of fault (``error.type`` of the fault and cycle spans) of a hung rank."""
+FAILURE: Final = "failure"
+"""The kind of fault of a rank that exited non-zero (or never started)."""
 
 
 @dataclass
@@ -181,7 +184,7 @@ class Launcher:
         live = [w for w in workers if w.code is None]
         for w in live:
             w.stopped = True
-            _signal(w.proc, 15)
+            _signal(w.proc, signal.SIGTERM)
         deadline = time.monotonic() + TERM_GRACE_S
         while any(w.proc.poll() is None for w in live) and time.monotonic() < deadline:
             self._pump(0.05)
@@ -190,7 +193,7 @@ class Launcher:
                 self.log.warning(
                     "rank %d ignored SIGTERM for %.0f s: SIGKILL", w.rank, TERM_GRACE_S
                 )
-                _signal(w.proc, 9)
+                _signal(w.proc, signal.SIGKILL)
         for w in live:
             w.code = w.proc.wait()
             events.emit(events.EXITED, rank=w.rank, code=w.code, stopped=True)
@@ -282,7 +285,7 @@ def _finished(cycle: int) -> str:
     return f"the job finished in cycle {cycle} after {cycle} restart{'s' if cycle > 1 else ''}"
 
 
-def _signal(proc: subprocess.Popen[bytes], signum: int) -> None:
+def _signal(proc: subprocess.Popen[bytes], signum: signal.Signals) -> None:
     try:
         os.kill(proc.pid, signum)
     except ProcessLookupError:

@@ -11,7 +11,8 @@ an ``nv.nvrx.ftl.run`` span, so every record carries the cycle's trace id.
 Faults, as the plan says: ``fail_rank`` raises at ``fail_step`` of cycle 0 (logged with its
 traceback) and exits 1; ``hang_rank`` never leaves the collective of ``hang_step`` in
 ``hang_cycle``. SIGTERM from the launcher ends a rank with the exception it raises here,
-so its open spans end as errors and it says so before exiting 143.
+so its open spans end as errors and it says so before exiting 143 (the handler only takes
+note; the rank raises at its next look, never inside a log call).
 """
 
 from __future__ import annotations
@@ -46,11 +47,22 @@ class InjectedFault(RuntimeError):
 
 
 class Terminated(Exception):
-    """SIGTERM from the launcher, raised where the rank was."""
+    """SIGTERM from the launcher, raised at the rank's next look (:func:`check`)."""
+
+
+_signalled: list[str] = []
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
-    raise Terminated(f"signal {signal.Signals(signum).name} from the launcher")
+    _signalled.append(signal.Signals(signum).name)  # raised by check(), not inside a log call
+
+
+def check() -> None:
+    """Raise :class:`Terminated` once the launcher has sent SIGTERM: after each sleep of
+    the compute and at each look of a waiting collective, so a signal never interrupts a
+    log call halfway."""
+    if _signalled:
+        raise Terminated(f"signal {_signalled[0]} from the launcher")
 
 
 def loss_at(step: int, rank: int) -> float:
@@ -83,6 +95,7 @@ class Trainer:
             self.log,
             heartbeat=HEARTBEAT_S,
             on_wait=self._waiting,
+            check=check,
         )
 
     def _waiting(self, op: str, step: int, missing: list[int], waited: float) -> None:
@@ -107,6 +120,7 @@ class Trainer:
         for step in range(self.start + 1, plan.steps + 1):
             self.step = step
             time.sleep(plan.step_time)  # forward and backward
+            check()
             if self.cycle == 0 and self.rank == plan.fail_rank and step == plan.fail_step:
                 raise InjectedFault(f"injected fault on rank {self.rank} at step {step}")
             hang = (

@@ -105,3 +105,15 @@ def test_the_callers_job_and_telemetry_variables_do_not_leak(
 def test_the_plan_reaches_the_launcher_unchanged(tmp_path: Path) -> None:
     p = plan(tmp_path, fail_rank=2)
     assert Plan.from_json(p.to_json()) == p
+
+
+def test_the_default_out_is_a_new_directory_under_the_cwd_every_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    first = plan(tmp_path, out=None)
+    assert Path(first.out).parent == tmp_path / "nvrx-otel-demo"
+    Path(first.out).mkdir(parents=True)
+    (Path(first.out) / "logs").mkdir()
+    second = plan(tmp_path, out=None)  # the same second: still a new directory
+    assert second.out != first.out and not Path(second.out).exists()

@@ -210,8 +210,14 @@ class Plan:
 
 
 def default_out() -> Path:
-    """``./nvrx-otel-demo/<local time>`` (a new directory per run)."""
-    return Path("nvrx-otel-demo") / time.strftime("%Y%m%d-%H%M%S")
+    """``./nvrx-otel-demo/<local time>``, ``-2``, ``-3``... added when that is taken: a
+    new directory for every run."""
+    base = Path("nvrx-otel-demo") / time.strftime("%Y%m%d-%H%M%S")
+    found, n = base, 1
+    while found.exists():
+        n += 1
+        found = base.with_name(f"{base.name}-{n}")
+    return found
 
 
 def make_plan(

@@ -53,7 +53,7 @@ class Aggregators:
         plan = self.plan
         for node in range(plan.nodes):
             environ = plan.node_env(node)
-            environ[env.NVRX_OTEL_STATUS_INTERVAL_S] = str(STATUS_INTERVAL_S)
+            environ.update({env.NVRX_OTEL_STATUS_INTERVAL_S: str(STATUS_INTERVAL_S)})
             args = [
                 sys.executable, "-m", "nvrx_otel.logging.aggregator",
                 "--log-dir", str(plan.log_dir),

@@ -49,6 +49,7 @@ def test_ranks_steps_waits_and_aggregator_lag_are_shown(tmp_path: Path) -> None:
     text = shown(s)
     assert "4/10" in text
     assert "waiting 1.5 s for rank 3 in allreduce" in text
+    assert "not in allreduce of step 5 (1.5 s)" in text  # rank 3's row
     assert "aggregator node0: lag 0.3 s, backlog 12 KiB, 140 records in the node log" in text
     assert "aggregator node1: lag -" in text
 

@@ -28,6 +28,7 @@ class RankState:
     step: int = 0
     state: str = "starting"
     style: str = "dim"
+    ended: bool = False  # done, failed or stopped
 
 
 @dataclass
@@ -53,7 +54,7 @@ class JobState:
             self.phase = "running"
             start = int(event["start"])
             for r in self.ranks.values():
-                r.state, r.style, r.step = "starting", "dim", start
+                r.state, r.style, r.step, r.ended = "starting", "dim", start, False
             resumed = f", resuming after step {start}" if start else ""
             return f"cycle {self.cycle}: starting {self.plan.world_size} ranks{resumed}"
         if kind == events.FAULT:
@@ -74,13 +75,18 @@ class JobState:
             rank.state = f"checkpoint at step {event['step']}"
         elif kind == events.WAITING:
             missing = ",".join(str(m) for m in event["missing"])
-            rank.state = (
-                f"waiting {float(event['waited']):.1f} s for rank {missing} in {event['op']}"
-            )
+            waited = float(event["waited"])
+            rank.state = f"waiting {waited:.1f} s for rank {missing} in {event['op']}"
             rank.style = "yellow"
+            for m in event["missing"]:  # the one they wait for says nothing itself
+                late = self.ranks.get(int(m))
+                if late is not None and not late.ended:
+                    late.state = f"not in {event['op']} of step {event['step']} ({waited:.1f} s)"
+                    late.style = "bold red"
         elif kind == events.DONE:
-            rank.state, rank.style = "done", "green"
+            rank.state, rank.style, rank.ended = "done", "green", True
         elif kind == events.EXITED:
+            rank.ended = True
             code = int(event["code"])
             if code == 0:
                 rank.state, rank.style = "done", "green"

@@ -122,7 +122,9 @@ def test_every_rank_logs_every_step_through_both_front_ends(clean: Run) -> None:
         assert sum("checkpoint 1 saved at step 5" in line for line in own) == 1
     launcher = [(node, line) for _, _, node, r, line in lines if r is None]
     assert launcher and all(node == "node0" for node, _ in launcher)
-    assert not any(level in ("ERROR", "WARNING") for _, level, _, _, _ in lines)
+    assert not any(level == "ERROR" for _, level, _, _, _ in lines)
+    warnings = [line for _, level, _, _, line in lines if level == "WARNING"]
+    assert all("watchdog: waiting for" in line for line in warnings)  # a slow start, at most
 
     records = clean.logs()
     for rank in range(WORLD):
@@ -189,9 +191,8 @@ def test_the_restart_cycle_logs_with_restart_count_1_from_the_checkpoint(failing
         bodies = [r["body"] for r in second if r["resource"][semconv.WORKLOAD_RANK] == rank]
         assert f"rank {rank} of {WORLD} starting cycle 1 at step 6 of {STEPS}" in bodies
         assert f"rank {rank} finished {STEPS} steps" in bodies
-        steps = [b for b in bodies if re.match(r"step \d+/", b)]
-        assert steps == [f"step {s}/{STEPS}" + b.split(f"step {s}/{STEPS}")[1]
-                         for s, b in zip(range(6, STEPS + 1), steps, strict=True)]  # fmt: skip
+        steps = [int(m[1]) for b in bodies if (m := re.match(r"step (\d+)/", b))]
+        assert steps == list(range(6, STEPS + 1))  # resumed after the checkpoint of step 5
 
 
 def test_each_cycle_has_its_span_and_its_workers_share_its_trace(failing: Run) -> None:
@@ -243,9 +244,8 @@ def test_the_others_wait_with_heartbeats_after_the_hung_ranks_last_record(hangin
     ]
     assert {r for _, r in beats} == {0, 2, 3}
     for rank in (0, 2, 3):
-        own = [t for t, r in beats if r == rank]
-        assert len(own) >= 3, own  # every 0.5 s for the 4 s of the watchdog's timeout
-        assert min(own) > last_of_hung
+        after = [t for t, r in beats if r == rank and t > last_of_hung]
+        assert len(after) >= 3, beats  # every 0.5 s for the 4 s of the watchdog's timeout
     assert any("ignored SIGTERM" in line and "SIGKILL" in line for *_, line in lines)
 
 

@@ -95,6 +95,7 @@ class Analysis:
                 files = self.log_files[e.rank] = {}
             if e.path not in files:
                 files[e.path] = kind
+                self.timeline.rank(e.rank, e.node)
 
     def span(self, s: Span) -> None:
         self.spans += 1

@@ -2,9 +2,9 @@
 
 One row per workload rank (rank 0 at the top), time in seconds since the first record.
 Spans of the conventions are bars coloured by group (a truncated span hatched), a
-cycle's first failure a red cross at its time, a silent rank a grey band from its last
-record to the end of its cycle, a straggler's row label bold orange. Without matplotlib
-:class:`MissingMatplotlib` says how to install it.
+cycle's first failure a red cross at its time, a restart a dashed line, a silent rank a
+grey band from its last record to the end of its cycle, a straggler's row label bold
+orange. Without matplotlib :class:`MissingMatplotlib` says how to install it.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def draw(report: Report, timeline: Timeline, path: str) -> None:
     plt = _pyplot()
     from matplotlib.patches import Patch
 
-    ranks = sorted(set(timeline.rows) | {s.rank for s in report.silent} | _failing(report))
+    ranks = sorted(set(timeline.nodes) | {q.rank for q in report.silent} | _failing(report))
     start = report.start_ns or 0
     end = report.end_ns or start
     rows = {rank: i for i, rank in enumerate(ranks)}
@@ -77,6 +77,10 @@ def draw(report: Report, timeline: Timeline, path: str) -> None:
                 alpha=0.6,
             )
             ax.text((q.last_ns - start) / 1e9, y, " silent", va="center", fontsize=8)
+        for c in report.cycles[1:]:
+            x = (c.start_ns - start) / 1e9
+            ax.axvline(x, color="black", linestyle="--", linewidth=0.8)
+            ax.text(x, -0.5, f" cycle {c.cycle}", va="bottom", fontsize=8)
         for f in _failures(report):
             ax.plot([(f.ts_ns - start) / 1e9], [rows[f.rank]], "x", color="red", ms=10, mew=2)
         slow = {s.rank for s in report.stragglers}

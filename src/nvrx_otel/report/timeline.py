@@ -26,6 +26,11 @@ class Timeline:
         self.rows: dict[int, array[int]] = {}
         self.nodes: dict[int, str | None] = {}
 
+    def rank(self, rank: int, node: str | None) -> None:
+        """A rank with log records (a row even without spans)."""
+        if rank not in self.nodes:
+            self.nodes[rank] = node
+
     def span(self, s: Span) -> None:
         code = _CODE.get(s.name)
         if code is None or s.rank is None:
@@ -37,7 +42,7 @@ class Timeline:
         row = self.rows.get(s.rank)
         if row is None:
             row = self.rows[s.rank] = array("q")
-            self.nodes[s.rank] = s.node
+            self.nodes.setdefault(s.rank, s.node)
         row.extend((s.start_ns, s.ts_ns, code))
         if len(row) >= 3 * BARS_MAX:
             self.rows[s.rank] = _coarsen(row)

@@ -68,6 +68,7 @@ class Failures:
         self.first_by_rank: dict[tuple[int, int], Failure] = {}  # (cycle, rank)
         self.first_by_trace: dict[str, Failure] = {}
         self.error_spans: dict[str, Span] = {}  # span id -> failing span with a rank
+        self.starts: dict[tuple[int, int], int] = {}  # (cycle, rank) -> its failure's start
 
     def log(self, e: Entry) -> None:
         rank = e.rank
@@ -90,12 +91,19 @@ class Failures:
             return
         if s.span_id is not None and len(self.error_spans) < KEEP_MAX:
             self.error_spans[s.span_id] = s
-        self._note((s.cycle or 0, rank), _span_failure(s, rank))
+        self._note((s.cycle or 0, rank), _span_failure(s, rank), s.start_ns)
 
-    def _note(self, key: tuple[int, int], f: Failure) -> None:
+    def _note(self, key: tuple[int, int], f: Failure, start: int | None = None) -> None:
         known = self.first_by_rank.get(key)
-        if known is None or f.ts_ns < known.ts_ns:
+        start = f.ts_ns if start is None else start
+        if (
+            known is None
+            or f.ts_ns < known.ts_ns
+            # spans ending together (a process that died in nested spans): the innermost
+            or (f.ts_ns == known.ts_ns and start > self.starts.get(key, start))
+        ):
             self.first_by_rank[key] = f
+            self.starts[key] = start
         trace = f.trace_id
         if trace is not None:
             earlier = self.first_by_trace.get(trace)

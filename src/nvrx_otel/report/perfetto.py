@@ -1,8 +1,9 @@
 """``--perfetto``: the records as Chrome trace-event JSON, which Perfetto
 (ui.perfetto.dev) and chrome://tracing open.
 
-One *process* per node (``pid``), one *thread* (track) per rank (``tid`` = the workload
-rank; processes without one get a track of their own, numbered from :data:`OTHER_TID`),
+One *process* per node (``pid`` from :data:`PID_BASE`, apart from every rank number), one
+*thread* (track) per rank (``tid`` = the workload rank; processes without one get a track
+of their own, numbered from :data:`OTHER_TID`),
 each named by ``M`` metadata events. A span is a complete event (``ph: "X"``, ``ts`` and
 ``dur`` in microseconds), a log record an instant event (``ph: "i"``, thread scope), a
 span link a flow: a start (``ph: "s"``) on the linked span and a finish (``ph: "f"``,
@@ -21,7 +22,8 @@ import orjson
 
 from nvrx_otel.report.otlp import Item, Span
 
-OTHER_TID: Final = 1_000_000
+PID_BASE: Final = 1 << 24
+OTHER_TID: Final = 1 << 23
 SPANS_KEPT: Final = 100_000
 _TEXT_MAX: Final = 200
 
@@ -56,12 +58,17 @@ class PerfettoWriter:
         name = node or "?"
         pid = self.pids.get(name)
         if pid is None:
-            pid = self.pids[name] = len(self.pids) + 1
+            pid = self.pids[name] = PID_BASE + len(self.pids)
             self.names.append(
                 {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}
             )
             self.names.append(
-                {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}}
+                {
+                    "ph": "M",
+                    "name": "process_sort_index",
+                    "pid": pid,
+                    "args": {"sort_index": pid - PID_BASE},
+                }
             )
         return pid
 

@@ -134,9 +134,13 @@ def run(records: int = 1_000_000) -> dict[str, Any]:
     return out
 
 
-if __name__ == "__main__":
-    result = run(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000)
+def show(result: dict[str, Any]) -> None:
+    """Print a run's result, section by section."""
     for section, values in result.items():
         print(section)
         for key, value in values.items():
             print(f"  {key:24s} {value:,.2f}")
+
+
+if __name__ == "__main__":
+    show(run(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000))

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks.bench_logs_view import measure
+from benchmarks.bench_logs_view import measure, show
 from nvrx_otel import semconv as sc
 
 NODES = 4
@@ -201,8 +201,4 @@ def run(records: int = 1_000_000) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    result = run(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000)
-    for section, values in result.items():
-        print(section)
-        for key, value in values.items():
-            print(f"  {key:24s} {value:,.2f}")
+    show(run(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000))

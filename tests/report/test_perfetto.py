@@ -13,7 +13,10 @@ import pytest
 
 from nvrx_otel import semconv as sc
 from nvrx_otel.report.cli import main
+from nvrx_otel.report.otlp import parse_line
+from nvrx_otel.report.perfetto import PerfettoWriter
 from tests.report import fixture
+from tests.report.otlpkit import at, log, logs_line, resource, sid, span, spans_line, tid
 
 
 @pytest.fixture(scope="module")
@@ -102,73 +105,45 @@ def test_links_are_flows_whose_starts_and_finishes_match(trace: dict[str, Any]) 
     assert enclosing(f) == sc.SPAN_CKPT_REQUEST
 
 
-def test_a_link_seen_before_its_span_is_matched_when_the_span_comes() -> None:
-    from nvrx_otel.report.otlp import parse_line
-    from nvrx_otel.report.perfetto import PerfettoWriter
-    from tests.report.otlpkit import at, resource, sid, span, spans_line, tid
+def _written(*lines: str) -> tuple[list[dict[str, Any]], PerfettoWriter]:
+    """The events a writer given ``lines`` (OTLP/JSON) writes, and the writer."""
+    out = io.BytesIO()
+    w = PerfettoWriter(out)
+    for line in lines:
+        for item in parse_line(line, "f", 1):
+            w(item)
+    w.close()
+    return orjson.loads(out.getvalue())["traceEvents"], w
 
+
+def test_a_link_seen_before_its_span_is_matched_when_the_span_comes() -> None:
     linking = spans_line(
         resource("a", 0),
-        [
-            span(
-                sc.SPAN_CKPT_REQUEST,
-                at(2),
-                at(3),
-                trace=tid(1),
-                span_id=sid(2),
-                links=[(tid(1), sid(1))],
-            )
-        ],
-    )
+        [span(sc.SPAN_CKPT_REQUEST, at(2), at(3), trace=tid(1), span_id=sid(2),
+              links=[(tid(1), sid(1))])],
+    )  # fmt: skip
     target = spans_line(
         resource("a", 0),
         [span(sc.SPAN_CKPT_SCHEDULE, at(1), at(1.5), trace=tid(1), span_id=sid(1))],
     )
-    out = io.BytesIO()
-    w = PerfettoWriter(out)
-    for line in (linking, target):
-        for item in parse_line(line, "f", 1):
-            w(item)
-    w.close()
-    events = orjson.loads(out.getvalue())["traceEvents"]
-    assert sorted(e["ph"] for e in events if e["ph"] in "sf") == ["f", "s"]
+    events, w = _written(linking, target)
+    assert sorted(e["ph"] for e in events if e["ph"] in ("s", "f")) == ["f", "s"]
     assert w.unmatched == 0
 
 
 def test_a_link_to_a_span_never_seen_is_left_out() -> None:
-    from nvrx_otel.report.otlp import parse_line
-    from nvrx_otel.report.perfetto import PerfettoWriter
-    from tests.report.otlpkit import at, resource, sid, span, spans_line, tid
-
     line = spans_line(
         resource("a", 0),
-        [
-            span(
-                sc.SPAN_CKPT_REQUEST,
-                at(2),
-                at(3),
-                trace=tid(1),
-                span_id=sid(2),
-                links=[(tid(1), sid(9))],
-            )
-        ],
-    )
-    out = io.BytesIO()
-    w = PerfettoWriter(out)
-    for item in parse_line(line, "f", 1):
-        w(item)
-    w.close()
-    events = orjson.loads(out.getvalue())["traceEvents"]
+        [span(sc.SPAN_CKPT_REQUEST, at(2), at(3), trace=tid(1), span_id=sid(2),
+              links=[(tid(1), sid(9))])],
+    )  # fmt: skip
+    events, w = _written(line)
     assert not [e for e in events if e["ph"] in ("s", "f")]
     assert w.unmatched == 1
 
 
 def test_the_output_is_written_while_reading(tmp_path: Path) -> None:
     """The writer holds no events: what it was given is in the file before it closes."""
-    from nvrx_otel.report.otlp import parse_line
-    from nvrx_otel.report.perfetto import PerfettoWriter
-    from tests.report.otlpkit import at, log, logs_line, resource
-
     out = io.BytesIO()
     w = PerfettoWriter(out)
     for item in parse_line(

@@ -36,7 +36,7 @@ LAST_LINES: Final = 10
 Sink = Callable[[Item], None]
 
 
-def _batches(path: Path, kind: str, problems: Problems) -> Iterator[list[Entry] | list[Span]]:
+def _batches(path: Path, kind: str, problems: Problems) -> Iterator[Sequence[Item]]:
     tail = Tail(path)
     try:
         lines = tail.lines(final=True)
@@ -65,7 +65,7 @@ class Analysis:
         self.start_ns: int | None = None
         self.end_ns: int | None = None
 
-    def feed(self, batch: list[Entry] | list[Span], kind: str) -> None:
+    def feed(self, batch: Sequence[Item], kind: str) -> None:
         sinks = self.sinks
         for item in batch:
             if isinstance(item, Span):
@@ -162,7 +162,7 @@ class Analysis:
         return [log_line(e) for _, _, e in sorted(keep)]
 
 
-def _only_rank(batches: Iterable[list[Entry] | list[Span]], f: Failure) -> Iterator[Entry]:
+def _only_rank(batches: Iterable[Sequence[Item]], f: Failure) -> Iterator[Entry]:
     for batch in batches:
         for item in batch:
             if (

@@ -9,7 +9,7 @@ ranks, restart cycle, job) comes from the resource; a span's own
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -17,7 +17,16 @@ import orjson
 
 from nvrx_otel import semconv
 from nvrx_otel.view.entry import Entry
-from nvrx_otel.view.otlpjson import NotOtlp, attrs_of, hex_id, int_of, parse_request, value_of
+from nvrx_otel.view.otlpjson import (
+    NotOtlp,
+    attrs_of,
+    hex_id,
+    int_of,
+    parse_request,
+    requests,
+    value_of,
+)
+from nvrx_otel.view.sources import Malformed
 
 STATUS_ERROR: Final = 2
 """OTLP ``STATUS_CODE_ERROR``."""
@@ -130,7 +139,7 @@ def parse_spans(doc: dict[str, Any], path: str, number: int) -> list[Span]:
     return out
 
 
-def parse_line(line: bytes | str, path: str, number: int) -> list[Entry] | list[Span]:
+def parse_line(line: bytes | str, path: str, number: int) -> Sequence[Item]:
     """The log records or the spans of one OTLP/JSON line; raises ValueError (and
     TypeError, AttributeError, KeyError for a JSON of another shape) when it is not one."""
     doc = orjson.loads(line)
@@ -142,17 +151,8 @@ def parse_line(line: bytes | str, path: str, number: int) -> list[Entry] | list[
 
 
 def read_lines(
-    lines: Iterator[tuple[int, str]], path: str, malformed: Any
-) -> Iterator[list[Entry] | list[Span]]:
+    lines: Iterable[tuple[int, str]], path: str, malformed: Malformed
+) -> Iterator[Sequence[Item]]:
     """The records of a file's numbered lines, a request at a time; a line that is not a
     request goes to ``malformed(path, number, line)``."""
-    for number, line in lines:
-        if not line.strip():
-            continue
-        try:
-            items = parse_line(line, path, number)
-        except (ValueError, TypeError, AttributeError, KeyError):
-            malformed(path, number, line)
-            continue
-        if items:
-            yield items
+    return requests(lines, path, malformed, parse_line)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Final, TypeVar
 
 import orjson
 
@@ -37,6 +37,9 @@ _STACKTRACE: Final = "exception.stacktrace"
 _WANTED: Final = frozenset(
     {*_IDENTITY, _CODE_FILE, _CODE_LINE, _STACKTRACE, semconv.DROP_COUNT, semconv.DROP_REASON}
 )
+
+
+T = TypeVar("T")
 
 
 class NotOtlp(ValueError):
@@ -197,17 +200,31 @@ def _ts(entry: Entry) -> int:
     return entry.ts_ns
 
 
+def requests(
+    lines: Iterable[tuple[int, str]],
+    path: str,
+    malformed: Malformed,
+    parse: Callable[[str, str, int], Sequence[T]],
+) -> Iterator[Sequence[T]]:
+    """``parse(line, path, number)`` of each non-empty line of an OTLP/JSON lines file (its
+    records, request by request); a line it refuses (ValueError and the errors of a JSON
+    of another shape) goes to ``malformed``."""
+    for number, line in lines:
+        if not line.strip():
+            continue
+        try:
+            items = parse(line, path, number)
+        except (ValueError, TypeError, AttributeError, KeyError):
+            malformed(path, number, line)
+            continue
+        if items:
+            yield items
+
+
 def read_otlp_json(
     lines: Iterable[tuple[int, str]], path: str, malformed: Malformed
 ) -> Iterator[Entry]:
     """The log records of an OTLP/JSON lines file, request by request (each request's
     records in time order)."""
-    for number, line in lines:
-        if not line.strip():
-            continue
-        try:
-            entries = parse_line(line, path, number)
-        except (ValueError, TypeError, AttributeError, KeyError):
-            malformed(path, number, line)
-            continue
+    for entries in requests(lines, path, malformed, parse_line):
         yield from entries

@@ -147,3 +147,13 @@ def test_a_job_without_failures_or_silence(tmp_path: Path) -> None:
     assert (r.first_failure, r.first_failure_by_trace, r.ordering) == (None, None, None)
     assert r.silent == [] and r.stragglers == [] and r.phases == []
     assert [(c.cycle, c.ranks, c.failed_ranks) for c in r.cycles] == [(0, 3, 0)]
+
+
+@pytest.mark.parametrize("n", range(2, 9))
+def test_the_median_of_the_others_is_the_median_without_the_rank(n: int) -> None:
+    from nvrx_otel.report.silence import median_without
+
+    values = sorted([5, 1, 9, 3, 3, 7, 2, 8][:n])
+    for i in range(n):
+        others = values[:i] + values[i + 1 :]
+        assert median_without(values, i) == statistics.median(others)

@@ -20,6 +20,7 @@ Memory: a few numbers and two records per rank and cycle.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from dataclasses import dataclass
 from typing import Final
@@ -33,6 +34,16 @@ MIN_S: Final = 5.0
 """A rank is never silent for less than 5 s behind the others."""
 INTERVALS: Final = 10.0
 """... nor for less than ten of the job's typical intervals between a rank's records."""
+
+
+def median_without(values: list[int], i: int) -> float:
+    """The median of sorted ``values`` without the one at index ``i`` (no copy)."""
+    m = len(values) - 1
+
+    def at(k: int) -> int:
+        return values[k] if k < i else values[k + 1]
+
+    return float(at(m // 2)) if m % 2 else (at(m // 2 - 1) + at(m // 2)) / 2
 
 
 def log_line(e: Entry) -> LogLine:
@@ -101,9 +112,8 @@ class Activity:
             threshold = max(min_s, intervals * typical)
             lasts = sorted(a.last_ns for a in ranks.values())
             for rank, a in ranks.items():
-                others = list(lasts)
-                others.remove(a.last_ns)
-                behind = (statistics.median(others) - a.last_ns) / 1e9
+                others = median_without(lasts, bisect.bisect_left(lasts, a.last_ns))
+                behind = (others - a.last_ns) / 1e9
                 if behind <= threshold:
                     continue
                 if a.last_log is not None and a.last_log.severity >= ERROR_SEVERITY:

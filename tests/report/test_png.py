@@ -8,6 +8,7 @@ import io
 import re
 from pathlib import Path
 
+import orjson
 import pytest
 
 from nvrx_otel.report.cli import main
@@ -65,3 +66,13 @@ def test_the_html_escapes_what_the_records_say(tmp_path: Path) -> None:
     text = page.read_text()
     assert "<script>" not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+
+
+def test_every_output_of_files_without_records(tmp_path: Path) -> None:
+    (tmp_path / "logs_a.jsonl").write_text("")
+    png, page, trace = tmp_path / "x.png", tmp_path / "x.html", tmp_path / "p.json"
+    args = [str(tmp_path), "--png", str(png), "--html", str(page), "--perfetto", str(trace)]
+    assert main(args) == 0
+    assert png.read_bytes().startswith(PNG_MAGIC)
+    assert "<h2>Phases" in page.read_text()
+    assert orjson.loads(trace.read_bytes()) == {"displayTimeUnit": "ms", "traceEvents": []}

@@ -90,7 +90,9 @@ def draw(report: Report, timeline: Timeline, path: str) -> None:
             if rank in slow:
                 label.set_color("darkorange")
                 label.set_fontweight("bold")
-        ax.set_ylim(len(ranks) - 0.5, -0.5)
+        ax.set_ylim(max(1, len(ranks)) - 0.5, -0.5)
+        if not ranks:
+            ax.text(0.5, 0.5, "no records of workload ranks", transform=ax.transAxes, ha="center")
         ax.set_xlim(0, max((end - start) / 1e9, 1e-3) * 1.02)
         ax.set_xlabel("seconds since the first record")
         ax.grid(axis="x", alpha=0.3)

@@ -64,7 +64,8 @@ def write_text(report: Report, out: IO[str]) -> None:
     t = report.thresholds
     console.print(
         Text(
-            f"{report.logs} log records and {report.spans} spans from {report.files} files, "
+            f"{report.logs} log records and {report.spans} spans from {report.files} "
+            f"file{'' if report.files == 1 else 's'}, "
             f"{report.ranks} ranks on {len(report.nodes)} nodes, "
             f"{when(report, report.start_ns)} to {when(report, report.end_ns)}"
             + (f"; {report.skipped_lines} lines skipped" if report.skipped_lines else ""),
@@ -155,6 +156,9 @@ def write_text(report: Report, out: IO[str]) -> None:
         console.print(table)
     else:
         console.print("no silent ranks")
+    if not report.cycles:
+        console.print("no restart cycles (no records)")
+        return
     table = Table(title="restart cycles", title_justify="left")
     for col in ("cycle", "from", "to", "ranks", "failed ranks", "first failure", "recovery"):
         table.add_column(col)

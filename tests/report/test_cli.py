@@ -120,3 +120,22 @@ def test_png_without_matplotlib_is_one_clear_line(tmp_path: Path) -> None:
         "nvrx-otel report: error: --png needs matplotlib: pip install 'nvrx-otel[plot]'"
     ]
     assert not out.exists()
+
+
+def test_html_without_matplotlib_keeps_the_tables(tmp_path: Path) -> None:
+    directory = fixture.write(tmp_path / "job")
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "matplotlib.py").write_text("raise ImportError('blocked for the test')\n")
+    page = tmp_path / "x.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "nvrx_otel", "report", str(directory), "--html", str(page)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(blocker)),
+    )
+    assert done.returncode == 0, done.stderr
+    text = page.read_text()
+    assert "No picture: the picture needs matplotlib" in text
+    assert "<h2>Stragglers" in text

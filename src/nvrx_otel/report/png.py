@@ -33,7 +33,9 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise MissingMatplotlib("--png needs matplotlib: pip install 'nvrx-otel[plot]'") from None
+        raise MissingMatplotlib(
+            "the picture needs matplotlib: pip install 'nvrx-otel[plot]'"
+        ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -157,3 +157,26 @@ def test_the_median_of_the_others_is_the_median_without_the_rank(n: int) -> None
     for i in range(n):
         others = values[:i] + values[i + 1 :]
         assert median_without(values, i) == statistics.median(others)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [7] * 5000,  # one value: no pass needed
+        list(range(5000, 0, -1)),
+        [1, 10**12] * 2000 + [5] * 1000,  # far apart: buckets narrow down in passes
+        [(i * 7919) % 100_003 * 1_000 for i in range(20_000)],
+    ],
+)
+def test_selecting_a_percentile_without_sorting_gives_the_sorted_answer(
+    values: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from array import array
+
+    from nvrx_otel.report import phases
+
+    monkeypatch.setattr(phases, "SORT_MAX", 100)  # select, even for these few
+    durations = array("q", values)
+    ordered = sorted(values)
+    for p in (1, 50, 99, 100):
+        assert phases.percentile(durations, p) == phases.nearest_rank(ordered, p)

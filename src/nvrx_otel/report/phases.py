@@ -4,9 +4,10 @@ operations, startup and imports) the durations across ranks: p50 / p99 / max.
 Percentiles are *nearest-rank*: the p-th percentile of n sorted durations is the one at
 position ``ceil(p/100 x n)`` (1-based), always a duration that occurred. Memory is one
 8-byte integer per span of these names (the durations must all be known for exact
-percentiles) plus count / total / max per phase and rank; the spans themselves are not
-kept. Spans the aggregator ended for a process that died (``truncated``) have no real
-duration and are left out.
+percentiles; they are sorted up to :data:`SORT_MAX` of them, selected in passes beyond)
+plus count / total / max per phase and rank; the spans themselves are not kept. Spans the
+aggregator ended for a process that died (``truncated``) have no real duration and are
+left out.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from nvrx_otel import semconv
 from nvrx_otel.report.model import PhaseStats
@@ -23,10 +25,53 @@ from nvrx_otel.report.otlp import Span
 NS = 1e9
 
 
+SORT_MAX: Final = 200_000
+"""Up to this many durations a phase's are sorted (a list of Python integers, about 7 MB);
+beyond it a percentile is selected in passes over the array (no list of them all)."""
+_BUCKETS: Final = 1024
+
+
 def nearest_rank(sorted_values: Sequence[int], p: float) -> int:
     """The ``p``-th percentile (0 < p <= 100) of ascending values, nearest-rank."""
-    n = len(sorted_values)
-    return sorted_values[max(0, math.ceil(p / 100 * n) - 1)]
+    return sorted_values[rank_of(len(sorted_values), p)]
+
+
+def rank_of(n: int, p: float) -> int:
+    """The 0-based position of the nearest-rank ``p``-th percentile of ``n`` values."""
+    return max(0, math.ceil(p / 100 * n) - 1)
+
+
+def kth(values: array[int], k: int) -> int:
+    """The ``k``-th smallest (0-based) of ``values``, without sorting them: each pass
+    counts the values of the range known to hold it in :data:`_BUCKETS` buckets and keeps
+    the one bucket that does, until the range is one value or few enough to sort."""
+    lo, hi = min(values), max(values)
+    below = 0  # values under lo
+    while lo < hi:
+        width = (hi - lo) // _BUCKETS + 1
+        counts = [0] * _BUCKETS
+        for v in values:
+            if lo <= v <= hi:
+                counts[(v - lo) // width] += 1
+        acc = below
+        for b, c in enumerate(counts):
+            if acc + c > k:
+                lo, hi = lo + b * width, min(hi, lo + (b + 1) * width - 1)
+                below = acc
+                if c <= SORT_MAX:
+                    inside = sorted(v for v in values if lo <= v <= hi)
+                    return inside[k - below]
+                break
+            acc += c
+    return lo
+
+
+def percentile(values: array[int], p: float) -> int:
+    """The nearest-rank ``p``-th percentile of ``values`` (any order)."""
+    k = rank_of(len(values), p)
+    if len(values) <= SORT_MAX:
+        return sorted(values)[k]
+    return kth(values, k)
 
 
 @dataclass(slots=True)
@@ -77,16 +122,15 @@ class Phases:
             durations = self.durations.get(name)
             if not durations:
                 continue
-            ordered = sorted(durations)
             longest, rank = self.longest[name]
             out.append(
                 PhaseStats(
                     name=name,
                     group=spec.group,
-                    count=len(ordered),
+                    count=len(durations),
                     ranks=len(self.per_rank[name]),
-                    p50_s=nearest_rank(ordered, 50) / NS,
-                    p99_s=nearest_rank(ordered, 99) / NS,
+                    p50_s=percentile(durations, 50) / NS,
+                    p99_s=percentile(durations, 99) / NS,
                     max_s=longest / NS,
                     max_rank=rank,
                 )

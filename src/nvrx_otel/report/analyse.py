@@ -25,7 +25,7 @@ from nvrx_otel.report.timeline import Timeline
 from nvrx_otel.view.entry import Entry
 from nvrx_otel.view.files import NODE_LOG, Tail, Wanted, find_streams
 from nvrx_otel.view.read import Problems
-from nvrx_otel.view.sources import read_node_log
+from nvrx_otel.view.sources import Malformed, read_node_log
 
 WANTED: Final = Wanted(node_logs=False, signals=("logs", "traces"))
 """A directory gives its OTLP/JSON logs and traces files (no node logs: those hold no
@@ -36,7 +36,7 @@ LAST_LINES: Final = 10
 Sink = Callable[[Item], None]
 
 
-def _batches(path: Path, kind: str, problems: Problems) -> Iterator[Sequence[Item]]:
+def _batches(path: Path, kind: str, problems: Malformed) -> Iterator[Sequence[Item]]:
     tail = Tail(path)
     try:
         lines = tail.lines(final=True)
@@ -113,7 +113,7 @@ class Analysis:
         order = None
         if first is not None:
             order = ordering([f for f in ranked if f.cycle == first.cycle], thresholds.skew_s)
-            first = replace(first, last_lines=self.last_lines(first, problems))
+            first = replace(first, last_lines=self.last_lines(first))
         if by_trace is not None and first is not None and by_trace.rank == first.rank:
             by_trace = replace(by_trace, last_lines=first.last_lines)
         ranks_per_cycle: dict[int, int] = {}
@@ -140,16 +140,14 @@ class Analysis:
             end_ns=self.end_ns,
         )
 
-    def last_lines(self, f: Failure, problems: Problems) -> list[LogLine]:
+    def last_lines(self, f: Failure) -> list[LogLine]:
         """The failing rank's last :data:`LAST_LINES` log lines up to its failure (read
         again from its files; lines those files no longer hold are not shown)."""
         keep: list[tuple[int, int, Entry]] = []
         seq = 0
-        quiet = Problems(prog=problems.prog, what=problems.what)
-        quiet.counts = dict.fromkeys(problems.counts, 1 << 30)  # named once already
         for path, kind in (self.log_files.get(f.rank) or {}).items():
             try:
-                batches = list(_only_rank(_batches(Path(path), kind, quiet), f))
+                batches = list(_only_rank(_batches(Path(path), kind, _named_already), f))
             except OSError:
                 continue
             for e in batches:
@@ -160,6 +158,10 @@ class Analysis:
                 elif item > keep[0]:
                     heapq.heapreplace(keep, item)
         return [log_line(e) for _, _, e in sorted(keep)]
+
+
+def _named_already(path: str, number: int, line: str) -> None:
+    """Malformed lines met when reading a file again: they were named the first time."""
 
 
 def _only_rank(batches: Iterable[Sequence[Item]], f: Failure) -> Iterator[Entry]:

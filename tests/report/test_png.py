@@ -76,3 +76,23 @@ def test_every_output_of_files_without_records(tmp_path: Path) -> None:
     assert png.read_bytes().startswith(PNG_MAGIC)
     assert "<h2>Phases" in page.read_text()
     assert orjson.loads(trace.read_bytes()) == {"displayTimeUnit": "ms", "traceEvents": []}
+
+
+def test_a_picture_of_many_ranks_with_a_straggler_between_labelled_rows(tmp_path: Path) -> None:
+    from nvrx_otel import semconv as sc
+    from tests.report.otlpkit import at, resource, sid, span, spans_line, tid
+
+    lines = []
+    for rank in range(150):
+        slow = 3.0 if rank == 77 else 1.0  # rank 77: a straggler, not on a labelled row
+        spans = [
+            span(sc.SPAN_CKPT_SAVE_WRITE, at(step * 4), at(step * 4 + slow), trace=tid(1),
+                 span_id=sid(rank * 100 + step))
+            for step in range(3)
+        ]  # fmt: skip
+        lines.append(spans_line(resource(f"n{rank // 8}", rank), spans))
+    (tmp_path / "traces_a.jsonl").write_text("".join(lines))
+    png = tmp_path / "x.png"
+    assert main([str(tmp_path), "--png", str(png), "--json"]) == 0
+    assert png.read_bytes().startswith(PNG_MAGIC)
+    assert _colours(png.read_bytes()) > 50

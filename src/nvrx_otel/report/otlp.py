@@ -4,7 +4,8 @@ A line is one export request: ``{"resourceLogs": [...]}`` (read by the log view'
 :func:`~nvrx_otel.view.otlpjson.parse_request`: the same records ``nvrx-otel logs``
 shows) or ``{"resourceSpans": [...]}`` (read here into :class:`Span`). The identity (node,
 ranks, restart cycle, job) comes from the resource; a span's own
-``nv.nvrx.restart.cycle`` (the fault-tolerance spans carry one) takes precedence.
+``nv.nvrx.restart.cycle`` (the fault-tolerance spans carry one) and
+``nv.nvrx.workload.rank`` take precedence, as a log record's own attributes do.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def _span(s: dict[str, Any], res: dict[str, Any], scope: str, path: str, number:
         name=str(s.get("name") or "?"),
         scope=scope,
         node=None if node is None else str(node),
-        rank=int_of(res.get(semconv.WORKLOAD_RANK)),
+        rank=int_of(attrs.get(semconv.WORKLOAD_RANK, res.get(semconv.WORKLOAD_RANK))),
         irank=int_of(res.get(semconv.INFRA_RANK)),
         cycle=cycle,
         pid=int_of(res.get(semconv.PROCESS_PID)),

@@ -25,6 +25,10 @@ _LONG: Final = frozenset({semconv.SPAN_FTL_RUN, semconv.SPAN_FTL_CYCLE})
 """Spans that last the whole run: drawn thin behind the others."""
 
 
+LABELS_MAX: Final = 64
+"""Rows labelled at most (and every straggler's); more ranks label every n-th row."""
+
+
 class MissingMatplotlib(RuntimeError):
     """matplotlib is not installed (the message is the one line to show)."""
 
@@ -54,21 +58,7 @@ def draw(report: Report, timeline: Timeline, path: str) -> None:
     height = min(40.0, 1.5 + 0.3 * max(1, len(ranks)))
     fig, ax = plt.subplots(figsize=(12, height), dpi=100)
     try:
-        for rank in ranks:
-            y = rows[rank]
-            for s, e, code in timeline.bars(rank):
-                name = NAMES[code & 0xFF]
-                colour = GROUP_COLOURS.get(semconv.SPANS[name].group, "#999999")
-                thin = name in _LONG
-                ax.broken_barh(
-                    [((s - start) / 1e9, max((e - s) / 1e9, 1e-6))],
-                    (y - (0.1 if thin else 0.35), 0.2 if thin else 0.7),
-                    facecolors=colour,
-                    alpha=0.35 if thin else 0.9,
-                    hatch="//" if code & TRUNCATED else None,
-                    edgecolor="black" if code & TRUNCATED else colour,
-                    linewidth=0.3,
-                )
+        _bars(ax, timeline, ranks, start)
         for q in report.silent:
             cycle_end = next((c.end_ns for c in report.cycles if c.cycle == q.cycle), end)
             y = rows[q.rank]
@@ -86,10 +76,12 @@ def draw(report: Report, timeline: Timeline, path: str) -> None:
         for f in _failures(report):
             ax.plot([(f.ts_ns - start) / 1e9], [rows[f.rank]], "x", color="red", ms=10, mew=2)
         slow = {s.rank for s in report.stragglers}
-        ax.set_yticks(range(len(ranks)))
-        ax.set_yticklabels([f"rank {r}" for r in ranks])
-        for label, rank in zip(ax.get_yticklabels(), ranks, strict=True):
-            if rank in slow:
+        step = max(1, len(ranks) // LABELS_MAX)  # label every rank, or every step-th
+        shown = [i for i in range(len(ranks)) if i % step == 0 or ranks[i] in slow]
+        ax.set_yticks(shown)
+        ax.set_yticklabels([f"rank {ranks[i]}" for i in shown], fontsize=8 if step > 1 else None)
+        for label, i in zip(ax.get_yticklabels(), shown, strict=True):
+            if ranks[i] in slow:
                 label.set_color("darkorange")
                 label.set_fontweight("bold")
         ax.set_ylim(max(1, len(ranks)) - 0.5, -0.5)
@@ -106,6 +98,34 @@ def draw(report: Report, timeline: Timeline, path: str) -> None:
         fig.savefig(path, format="png")
     finally:
         plt.close(fig)
+
+
+def _bars(ax: Any, timeline: Timeline, ranks: list[int], start: int) -> None:
+    """Every rank's bars, as one collection per look (colour, thin or not, truncated or
+    not): a few artists however many bars."""
+    from matplotlib.collections import PolyCollection
+
+    looks: dict[tuple[str, bool, bool], list[list[tuple[float, float]]]] = {}
+    for y, rank in enumerate(ranks):
+        for s, e, code in timeline.bars(rank):
+            name = NAMES[code & 0xFF]
+            colour = GROUP_COLOURS.get(semconv.SPANS[name].group, "#999999")
+            thin = name in _LONG
+            x0, x1 = (s - start) / 1e9, max((e - start) / 1e9, (s - start) / 1e9 + 1e-6)
+            half = 0.1 if thin else 0.35
+            box = [(x0, y - half), (x1, y - half), (x1, y + half), (x0, y + half)]
+            looks.setdefault((colour, thin, bool(code & TRUNCATED)), []).append(box)
+    for (colour, thin, truncated), boxes in looks.items():
+        ax.add_collection(
+            PolyCollection(
+                boxes,
+                facecolors=colour,
+                alpha=0.35 if thin else 0.9,
+                hatch="//" if truncated else None,
+                edgecolors="black" if truncated else colour,
+                linewidths=0.3,
+            )
+        )
 
 
 def _failures(report: Report) -> list[Any]:

@@ -139,3 +139,22 @@ def test_html_without_matplotlib_keeps_the_tables(tmp_path: Path) -> None:
     text = page.read_text()
     assert "No picture: the picture needs matplotlib" in text
     assert "<h2>Stragglers" in text
+
+
+def test_a_reader_that_left_the_pipe_ends_the_output_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``nvrx-otel report ... | head``: the pipe's reader is gone; exit 0, no traceback."""
+    import io
+
+    class GonePipe(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError
+
+        def fileno(self) -> int:
+            raise io.UnsupportedOperation("no descriptor")
+
+    monkeypatch.setattr(sys, "stdout", GonePipe())
+    directory = fixture.write(tmp_path)
+    assert main([str(directory)]) == 0
+    assert main([str(directory), "--json"]) == 0

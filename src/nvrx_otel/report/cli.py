@@ -9,6 +9,7 @@ from typing import Any, Final
 
 from nvrx_otel.report import failures, silence, stragglers
 from nvrx_otel.report.analyse import analyse_timeline
+from nvrx_otel.view.cli import quiet_stdout
 from nvrx_otel.view.files import PathError
 from nvrx_otel.view.read import Problems
 
@@ -160,8 +161,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             write_text(report, sys.stdout)
         sys.stdout.flush()
-    except BrokenPipeError:
-        pass
+    except BrokenPipeError:  # `| head`: the reader has seen enough
+        quiet_stdout()
     return 0
 
 

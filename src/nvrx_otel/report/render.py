@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from typing import IO, TYPE_CHECKING
 
 import orjson
@@ -29,17 +30,23 @@ def seconds(value: float | None) -> str:
     return f"{value:.3f} s"
 
 
+def _lines(n: int) -> str:
+    return f"{n} line" if n == 1 else f"{n} lines"
+
+
 def json_text(report: Report) -> str:
     return orjson.dumps(report.as_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
 
 
-def _console(out: IO[str]) -> Console:
+def _console(out: IO[str], buffer: IO[str]) -> Console:
+    """A console writing into ``buffer`` as it would to ``out``: coloured and as wide as
+    the terminal when ``out`` is one, else plain and at least 140 columns."""
     from rich.console import Console
 
-    console = Console(file=out, highlight=False, emoji=False)
-    if not console.is_terminal:
-        console = Console(file=out, highlight=False, emoji=False, width=max(console.width, 140))
-    return console
+    probe = Console(file=out)
+    tty = probe.is_terminal
+    width = probe.width if tty else max(probe.width, 140)
+    return Console(file=buffer, force_terminal=tty, width=width, highlight=False, emoji=False)
 
 
 def _failure(console: Console, report: Report, title: str, f: Failure) -> None:
@@ -56,11 +63,18 @@ def _failure(console: Console, report: Report, title: str, f: Failure) -> None:
 
 
 def write_text(report: Report, out: IO[str]) -> None:
-    """The report as tables."""
+    """The report as tables, written to ``out`` at once (BrokenPipeError when its reader
+    has gone)."""
+    buffer = io.StringIO()
+    _tables(report, _console(out, buffer))
+    out.write(buffer.getvalue())
+    out.flush()
+
+
+def _tables(report: Report, console: Console) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    console = _console(out)
     t = report.thresholds
     console.print(
         Text(
@@ -68,7 +82,7 @@ def write_text(report: Report, out: IO[str]) -> None:
             f"file{'' if report.files == 1 else 's'}, "
             f"{report.ranks} ranks on {len(report.nodes)} nodes, "
             f"{when(report, report.start_ns)} to {when(report, report.end_ns)}"
-            + (f"; {report.skipped_lines} lines skipped" if report.skipped_lines else ""),
+            + (f"; {_lines(report.skipped_lines)} skipped" if report.skipped_lines else ""),
             style="bold",
         )
     )

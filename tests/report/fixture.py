@@ -69,7 +69,7 @@ def write(directory: Path) -> Path:
                      call_idx=2),
             ]  # fmt: skip
         traces[node[rank]].append(spans_line(res, spans))
-    launcher = resource("n0", None, None, **{sc.INFRA_RANK: 0, sc.PROCESS_NAME: "launcher"})
+    launcher = resource("n0", None, None, **{sc.INFRA_RANK: 0, sc.SERVICE_NAME: "launcher"})
     traces["n0"].append(
         spans_line(
             launcher,

@@ -39,7 +39,7 @@ _RESOURCE: Final = frozenset(
         semconv.RESTART_CYCLE,
         semconv.JOB_ID,
         semconv.PROCESS_PID,
-        semconv.PROCESS_NAME,
+        semconv.SERVICE_NAME,
     }
 )
 
@@ -58,7 +58,7 @@ class Span:
     irank: int | None
     cycle: int | None
     pid: int | None
-    process: str | None
+    service: str | None  # service.name: names a process without a workload rank
     trace_id: str | None
     span_id: str | None
     parent_id: str | None
@@ -103,7 +103,7 @@ def _span(s: dict[str, Any], res: dict[str, Any], scope: str, path: str, number:
         if trace is not None and span is not None:
             links.append((trace, span))
     node = res.get(semconv.NODE_ID)
-    process = res.get(semconv.PROCESS_NAME)
+    service = res.get(semconv.SERVICE_NAME)
     return Span(
         ts_ns=end,
         start_ns=start,
@@ -114,7 +114,7 @@ def _span(s: dict[str, Any], res: dict[str, Any], scope: str, path: str, number:
         irank=int_of(res.get(semconv.INFRA_RANK)),
         cycle=cycle,
         pid=int_of(res.get(semconv.PROCESS_PID)),
-        process=None if process is None else str(process),
+        service=None if service is None else str(service),
         trace_id=hex_id(s.get("traceId"), 16),
         span_id=hex_id(s.get("spanId"), 8),
         parent_id=hex_id(s.get("parentSpanId"), 8),

@@ -118,7 +118,7 @@ class PerfettoWriter:
         if s.rank is not None:
             label = f"rank {s.rank}"
         else:
-            label = s.process or (f"infra {s.irank}" if s.irank is not None else f"pid {s.pid}")
+            label = s.service or (f"infra {s.irank}" if s.irank is not None else f"pid {s.pid}")
         other = ("infra", s.irank) if s.irank is not None else ("pid", s.pid)
         tid = self._tid(pid, s.rank, other, label)
         ts = _us(s.start_ns)

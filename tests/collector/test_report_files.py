@@ -10,11 +10,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import requests
 
 from nvrx_otel.report import analyse
 from nvrx_otel.view.read import Problems
 from tests.collector.harness import MakeCollector, Ports, gateway_env, running, wait_until
+from tests.collector.test_agent_gateway import post
 from tests.report import fixture
 
 
@@ -39,13 +39,7 @@ def test_report_reads_the_gateway_files(make_collector: MakeCollector, tmp_path:
             for line in path.read_text().splitlines():
                 if line.startswith("{not json"):
                     continue
-                resp = requests.post(
-                    f"http://127.0.0.1:{ports.http}/v1/{signal}",
-                    data=line,
-                    headers={"Content-Type": "application/json"},
-                    timeout=10,
-                )
-                assert resp.status_code == 200, resp.text
+                post(ports.http, f"/v1/{signal}", line, "application/json")
         wait_until(
             lambda: (
                 _count(out, "logs*.jsonl", b'"timeUnixNano"') == expected.logs

@@ -93,28 +93,24 @@ def test_a_bad_threshold_is_one_line(tmp_path: Path) -> None:
     assert "--silence: must be 0 or more: '-1'" in done.stderr
 
 
-def test_png_without_matplotlib_is_one_clear_line(tmp_path: Path) -> None:
-    directory = fixture.write(tmp_path / "job")
+def report_without_matplotlib(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``nvrx-otel report ARGS`` where ``import matplotlib`` fails."""
     blocker = tmp_path / "block"
     blocker.mkdir()
     (blocker / "matplotlib.py").write_text("raise ImportError('blocked for the test')\n")
-    out = tmp_path / "x.png"
-    env = dict(os.environ, PYTHONPATH=str(blocker))  # the package itself is installed
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nvrx_otel",
-            "report",
-            str(directory),
-            "--png",
-            str(out),
-        ],
+    return subprocess.run(
+        [sys.executable, "-m", "nvrx_otel", "report", *args],
         capture_output=True,
         text=True,
         timeout=120,
-        env=env,
+        env=dict(os.environ, PYTHONPATH=str(blocker)),  # the package itself is installed
     )
+
+
+def test_png_without_matplotlib_is_one_clear_line(tmp_path: Path) -> None:
+    directory = fixture.write(tmp_path / "job")
+    out = tmp_path / "x.png"
+    done = report_without_matplotlib(tmp_path, str(directory), "--png", str(out))
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "nvrx-otel report: error: --png needs matplotlib: pip install 'nvrx-otel[plot]'"
@@ -124,17 +120,8 @@ def test_png_without_matplotlib_is_one_clear_line(tmp_path: Path) -> None:
 
 def test_html_without_matplotlib_keeps_the_tables(tmp_path: Path) -> None:
     directory = fixture.write(tmp_path / "job")
-    blocker = tmp_path / "block"
-    blocker.mkdir()
-    (blocker / "matplotlib.py").write_text("raise ImportError('blocked for the test')\n")
     page = tmp_path / "x.html"
-    done = subprocess.run(
-        [sys.executable, "-m", "nvrx_otel", "report", str(directory), "--html", str(page)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ, PYTHONPATH=str(blocker)),
-    )
+    done = report_without_matplotlib(tmp_path, str(directory), "--html", str(page))
     assert done.returncode == 0, done.stderr
     text = page.read_text()
     assert "No picture: the picture needs matplotlib" in text

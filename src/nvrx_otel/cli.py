@@ -13,6 +13,7 @@ import orjson
 from nvrx_otel._version import __version__
 from nvrx_otel.demo import cli as demo_cli
 from nvrx_otel.identity import Identity, resolve
+from nvrx_otel.report import cli as report_cli
 from nvrx_otel.view import cli as view_cli
 
 if TYPE_CHECKING:
@@ -135,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     lnav = sub.add_parser("lnav-install", help=cmd_lnav_install.__doc__, add_help=False)
     lnav.set_defaults(func=cmd_lnav_install, lnav_args=[])
     view_cli.register(sub)  # nvrx-otel logs
+    report_cli.register(sub)  # nvrx-otel report
     return parser
 
 

@@ -85,11 +85,13 @@ def span_request(resource: dict[str, Any], items: list[dict[str, Any]]) -> bytes
     return req.SerializeToString()
 
 
-def post(port: int, path: str, body: bytes) -> None:
+def post(
+    port: int, path: str, body: bytes | str, content_type: str = "application/x-protobuf"
+) -> None:
     resp = requests.post(
         f"http://127.0.0.1:{port}{path}",
         data=body,
-        headers={"Content-Type": "application/x-protobuf"},
+        headers={"Content-Type": content_type},
         timeout=10,
     )
     assert resp.status_code == 200, resp.text

@@ -14,7 +14,8 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 from urllib.parse import quote, unquote
@@ -201,8 +202,29 @@ def say_warnings_with(say: Callable[[str], None] | None) -> None:
     _say = say
 
 
+_collecting = threading.local()
+
+
+@contextmanager
+def warnings_collected() -> Iterator[list[str]]:
+    """Within, this thread's one-time warnings are collected in the list it gives (every
+    one, also one said before) instead of printed: for a report that shows them itself
+    (``nvrx-otel doctor``)."""
+    outer = getattr(_collecting, "into", None)
+    said: list[str] = []
+    _collecting.into = said
+    try:
+        yield said
+    finally:
+        _collecting.into = outer
+
+
 def warn_once(message: str) -> None:
     """Print ``message`` to stderr once per process (setup paths never raise into training)."""
+    into = getattr(_collecting, "into", None)
+    if into is not None:
+        into.append(message)
+        return
     with _warn_lock:
         if message in _warned:
             return

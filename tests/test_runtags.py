@@ -93,3 +93,83 @@ def test_every_record_and_span_carries_the_tags_over_otlp(tmp_path: Path) -> Non
     for item in receiver.logs + receiver.spans:
         assert {k: item["resource"].get(k) for k in expected} == expected
     assert not any(k.startswith("nv.nvrx.run") for r in receiver.logs for k in r["attributes"])
+
+
+def test_set_run_tags_refuses_a_value_no_child_could_inherit(tmp_path: Path) -> None:
+    """A config dump as a tag (percent-encoded past Linux's 128 KiB per environment string)
+    made every later subprocess fail with E2BIG: refused, naming the key and the size, and
+    nothing changed; processes still start."""
+    code = """
+import json, subprocess, sys
+import nvrx_otel
+nvrx_otel.set_run_tags(run_id="r1")
+for value in ("x" * 200_000, json.dumps({f"layer{i}": "x" * 20 for i in range(400)})):
+    try:
+        nvrx_otel.set_run_tags(run_id="r2", config=value)
+    except ValueError as exc:
+        print(exc)
+    else:
+        sys.exit("accepted")
+print(nvrx_otel.run_tags())
+subprocess.run([sys.executable, "-c", "import nvrx_otel; print(nvrx_otel.run_tags())"], check=True)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=process_env(tmp_path, "n0"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    said = done.stdout.splitlines()
+    assert said[0].startswith("set_run_tags(): run tags take ")
+    assert "more than 4096 (the largest: config, " in said[0] and len(said[0]) < 400
+    assert said[2] == said[3] == str({semconv.RUN_ID: "r1"})  # kept, and inherited
+
+
+def test_oversized_environment_tags_are_reported_in_one_line_and_ignored(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NVRX_OTEL_RUN_TAGS", "run_id=r1,note=" + "n" * 100_000)
+    assert run_tags() == {}
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "NVRX_OTEL_RUN_TAGS: run tags take 100" in err
+    assert "the largest: note, " in err and "nnnnnnnn" not in err
+
+
+LATE = """
+import glob, json, sys
+import nvrx_otel
+from nvrx_otel.logging import setup_logger
+log = setup_logger()
+nvrx_otel.set_run_tags(run_id="early")  # a writer exists, no file yet: no warning
+print("early done", file=sys.stderr, flush=True)
+log.info("first")
+nvrx_otel.set_run_tags(run_id="late")
+nvrx_otel.set_run_tags(run_id="later")  # said once
+for i in range(200):
+    log.info("record %d %s", i, "x" * 100)
+for f in sorted(glob.glob(sys.argv[1] + "/*.jsonl")):
+    header = json.loads(open(f).readline())
+    print(json.dumps(header).count('"early"'), json.dumps(header).count('"later"'))
+"""
+
+
+def test_set_run_tags_after_the_first_record_is_not_silent(tmp_path: Path) -> None:
+    """Tags set after a writer made its first file: said once on stderr; that file keeps
+    the tags from before, the writer's next files carry the new ones."""
+    done = subprocess.run(
+        [sys.executable, "-c", LATE, str(tmp_path / "spool" / "job1")],
+        env=process_env(tmp_path, "n0", SLURM_JOB_ID="job1", NVRX_LOG_MAX_FILE_SIZE_KB="4"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    early, late = done.stderr.split("early done\n")
+    assert "set_run_tags" not in early
+    assert late.count("set_run_tags() after this process began spooling") == 1
+    headers = [tuple(map(int, line.split())) for line in done.stdout.splitlines()]
+    assert len(headers) >= 2, headers
+    assert headers[0] == (1, 0)  # made before: the tags bound then
+    assert all(h == (0, 1) for h in headers[1:]), headers

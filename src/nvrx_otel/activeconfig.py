@@ -279,19 +279,28 @@ def _otlp(e: Mapping[str, str], endpoint: str | None) -> list[ActiveSetting]:
             out.append(ActiveSetting("otlp", f"{signal} endpoint", None, DEFAULT, str(exc)))
             continue
 
-        def row(name: str, value: Any, var: str, sig: str = signal) -> ActiveSetting:
-            return ActiveSetting("otlp", f"{sig} {name}", value, _otlp_source(e, var, sig))
+        def row(
+            name: str, value: Any, var: str, sig: str = signal, problem: str = ""
+        ) -> ActiveSetting:
+            source = _otlp_source(e, var, sig)
+            return ActiveSetting("otlp", f"{sig} {name}", value, source, problem)
 
-        ep = row("endpoint", cfg.endpoint, env.OTEL_EXPORTER_OTLP_ENDPOINT)
+        # credentials in the URL (user:password@, query values) are masked
+        ep = row("endpoint", cfg.shown_endpoint, env.OTEL_EXPORTER_OTLP_ENDPOINT)
         if endpoint:
-            ep = ActiveSetting("otlp", ep.name, cfg.endpoint, "argument --otlp-endpoint")
+            ep = ActiveSetting("otlp", ep.name, cfg.shown_endpoint, "argument --otlp-endpoint")
         out += [
             ep,
             row("protocol", cfg.protocol, env.OTEL_EXPORTER_OTLP_PROTOCOL),
             row("compression", cfg.compression, env.OTEL_EXPORTER_OTLP_COMPRESSION),
             row("timeout s", cfg.timeout, env.OTEL_EXPORTER_OTLP_TIMEOUT),
             # header values may be credentials: their names only
-            row("headers", sorted(cfg.headers), env.OTEL_EXPORTER_OTLP_HEADERS),
+            row(
+                "headers",
+                sorted(cfg.headers),
+                env.OTEL_EXPORTER_OTLP_HEADERS,
+                problem=cfg.header_problem,
+            ),
             row("certificate", cfg.certificate, env.OTEL_EXPORTER_OTLP_CERTIFICATE),
             row(
                 "client certificate",

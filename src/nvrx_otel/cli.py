@@ -95,6 +95,18 @@ def cmd_lnav_install(args: argparse.Namespace) -> int:
     return lnav_main(args.lnav_args)
 
 
+def _seconds(text: str) -> float:
+    """``--timeout``: a finite number of seconds > 0 (argparse turns the error into a usage
+    error: one line, exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nvrx-otel",
@@ -126,7 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--job-id", help="the job whose spool directory to look at")
     doctor.add_argument("--otlp-endpoint", help="OTLP base URL, as the aggregator's flag")
     doctor.add_argument(
-        "--timeout", type=float, default=3.0, help="seconds to wait for an endpoint (default 3)"
+        "--timeout",
+        type=_seconds,
+        default=3.0,
+        help="seconds one endpoint's check may take in all (default 3)",
     )
     doctor.set_defaults(func=cmd_doctor)
 

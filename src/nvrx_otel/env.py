@@ -99,7 +99,7 @@ RUN_TAGS: Final = Setting(
 OTEL_RESOURCE_ATTRIBUTES): ``experiment`` and ``run_id`` become ``nv.nvrx.run.experiment``
 and ``nv.nvrx.run.id``, any other key ``nv.nvrx.run.tag.<key>``, resource attributes of
 every record and span. ``nvrx_otel.set_run_tags`` sets it for the process and its
-children. Default: unset (no run tags).""",
+children. At most 4096 bytes (every process inherits it). Default: unset (no run tags).""",
 )
 
 NVRX_OTEL_DISABLED: Final = "NVRX_OTEL_DISABLED"

@@ -14,7 +14,8 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 from urllib.parse import quote, unquote
@@ -110,9 +111,39 @@ def check_tag(name: str, key: str, value: object) -> tuple[str, str]:
     return key, text
 
 
+RUN_TAGS_MAX_BYTES: Final = 4096
+"""The most bytes run tags may take as ``NVRX_OTEL_RUN_TAGS`` (percent-encoded): every
+process inherits them in its environment (Linux refuses to start a process with one
+string over 128 KiB: a larger value would make every later subprocess fail) and every spool
+header carries them."""
+
+
+def _too_big(name: str, sizes: list[tuple[str, int]], total: int) -> ValueError:
+    key, largest = max(sizes, key=lambda item: item[1], default=("?", total))
+    return ValueError(
+        f"{name}: run tags take {total} bytes as NVRX_OTEL_RUN_TAGS, more than "
+        f"{RUN_TAGS_MAX_BYTES} (the largest: {key}, {largest} bytes); every process "
+        "inherits them: put a large value in a record or a file instead"
+    )
+
+
+def check_tags_size(name: str, tags: tuple[tuple[str, str], ...]) -> None:
+    """``ValueError`` naming the largest tag when ``tags`` take more than
+    :data:`RUN_TAGS_MAX_BYTES` as :func:`format_tags` writes them."""
+    sizes = [(k, len(f"{k}={quote(v, safe='')}")) for k, v in tags]
+    total = sum(n for _, n in sizes) + max(len(sizes) - 1, 0)
+    if total > RUN_TAGS_MAX_BYTES:
+        raise _too_big(name, sizes, total)
+
+
 def parse_tags(name: str, value: str) -> tuple[tuple[str, str], ...]:
     """``key=value`` pairs separated by commas, values percent-decoded (as in
-    ``OTEL_RESOURCE_ATTRIBUTES``); a later key replaces an earlier one."""
+    ``OTEL_RESOURCE_ATTRIBUTES``); a later key replaces an earlier one. More than
+    :data:`RUN_TAGS_MAX_BYTES` is refused (the error names the largest tag, not the value)."""
+    if len(value.encode(errors="replace")) > RUN_TAGS_MAX_BYTES:
+        items = [item.partition("=") for item in value.split(",")]
+        sizes = [(k.strip(), len(k) + len(s) + len(v)) for k, s, v in items]
+        raise _too_big(name, sizes, len(value.encode(errors="replace")))
     tags: dict[str, str] = {}
     for item in value.split(","):
         if not item.strip():
@@ -122,7 +153,9 @@ def parse_tags(name: str, value: str) -> tuple[tuple[str, str], ...]:
             raise ValueError(f"{name}={value!r}: expected key=value pairs separated by commas")
         k, v = check_tag(name, key.strip(), unquote(text.strip()))
         tags[k] = v
-    return tuple(tags.items())
+    found = tuple(tags.items())
+    check_tags_size(name, found)
+    return found
 
 
 def format_tags(tags: tuple[tuple[str, str], ...]) -> str:
@@ -201,8 +234,29 @@ def say_warnings_with(say: Callable[[str], None] | None) -> None:
     _say = say
 
 
+_collecting = threading.local()
+
+
+@contextmanager
+def warnings_collected() -> Iterator[list[str]]:
+    """Within, this thread's one-time warnings are collected in the list it gives (every
+    one, also one said before) instead of printed: for a report that shows them itself
+    (``nvrx-otel doctor``)."""
+    outer = getattr(_collecting, "into", None)
+    said: list[str] = []
+    _collecting.into = said
+    try:
+        yield said
+    finally:
+        _collecting.into = outer
+
+
 def warn_once(message: str) -> None:
     """Print ``message`` to stderr once per process (setup paths never raise into training)."""
+    into = getattr(_collecting, "into", None)
+    if into is not None:
+        into.append(message)
+        return
     with _warn_lock:
         if message in _warned:
             return

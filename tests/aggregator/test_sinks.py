@@ -198,3 +198,18 @@ def test_requests_stay_under_a_collectors_default_message_size(tmp_path: Path) -
         assert receiver.wait_for(lambda r: _unique(r) >= 12, timeout=60)
     assert _unique(receiver) == 12
     assert max(receiver.sizes) < 4 << 20, receiver.sizes
+
+
+def test_malformed_headers_are_named_never_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OTel's header parser logs a malformed header with its value (a token): the
+    aggregator swallows that and says which variable dropped its headers, once."""
+    from nvrx_otel.aggregator.sinks import build_sinks
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization: Bearer TOPSECRET")
+    build_sinks(config(tmp_path), "n0")
+    err = capsys.readouterr().err
+    assert "TOPSECRET" not in err
+    assert err.count("OTEL_EXPORTER_OTLP_HEADERS is malformed: headers are dropped") == 1

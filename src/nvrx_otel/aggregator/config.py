@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from nvrx_otel import env
+
+if TYPE_CHECKING:
+    from nvrx_otel.aggregator.otlp_transport import OtlpConfig
 
 DEFAULT_HOLD_WINDOW_MS: Final = env.HOLD_WINDOW_MS.default
 DEFAULT_STATUS_INTERVAL_S: Final = env.STATUS_INTERVAL_S.default
@@ -38,14 +42,31 @@ class AggregatorConfig:
     otlp_from_env: bool = True  # False: the OTEL_EXPORTER_OTLP_* variables turn nothing on
 
     @classmethod
-    def from_env(cls, *, strict: bool = False, **fields: Any) -> AggregatorConfig:
-        """A config from ``fields`` plus the NVRX_OTEL_* variables (``fields`` win)."""
-        max_mb = env.NODE_LOG_MAX_MB.get(strict=strict)
+    def from_env(
+        cls, *, strict: bool = False, environ: Mapping[str, str] | None = None, **fields: Any
+    ) -> AggregatorConfig:
+        """A config from ``fields`` plus the NVRX_OTEL_* variables of ``environ`` (default
+        ``os.environ``; ``fields`` win). ``strict``: ValueError for a malformed one, as the
+        CLI refuses to start with it."""
+        max_mb = env.NODE_LOG_MAX_MB.get(environ, strict=strict)
         knobs: dict[str, Any] = {
             "max_log_bytes": int(max_mb * 1024 * 1024),
-            "log_backups": env.NODE_LOG_BACKUPS.get(strict=strict),
-            "hold_window_ms": env.HOLD_WINDOW_MS.get(strict=strict),
-            "status_interval": env.STATUS_INTERVAL_S.get(strict=strict),
+            "log_backups": env.NODE_LOG_BACKUPS.get(environ, strict=strict),
+            "hold_window_ms": env.HOLD_WINDOW_MS.get(environ, strict=strict),
+            "status_interval": env.STATUS_INTERVAL_S.get(environ, strict=strict),
         }
         knobs.update(fields)
         return cls(**knobs)
+
+    def otlp_endpoints(self, environ: Mapping[str, str] | None = None) -> dict[str, OtlpConfig]:
+        """The logs and traces endpoints this config sends to ({} when OTLP is off): the
+        sinks are made from these, and ``nvrx-otel doctor`` asks the same. ValueError naming
+        the variable and its value for one the aggregator refuses to start with (an
+        endpoint no request could reach: no scheme, another scheme, a bad port)."""
+        from nvrx_otel.aggregator.otlp_transport import otlp_enabled, resolve
+
+        base = self.otlp_endpoint
+        on = otlp_enabled(environ, base) if self.otlp_from_env else bool(base)
+        if not on:
+            return {}
+        return {s: resolve(s, base_endpoint=base, environ=environ) for s in ("logs", "traces")}

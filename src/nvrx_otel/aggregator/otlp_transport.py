@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import enum
 import gzip
+import logging
 import os
+import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -41,14 +44,85 @@ class OtlpConfig:
     client_key: str | None = None
     compression: str = "none"
     timeout: float = 10.0
+    malformed_headers: str = ""  # the headers variable some of whose headers were dropped
+
+    @property
+    def header_problem(self) -> str:
+        """One line when headers were dropped (names the variable, never a value)."""
+        if not self.malformed_headers:
+            return ""
+        return f"{self.malformed_headers} is malformed: headers are dropped"
+
+    @property
+    def shown_endpoint(self) -> str:
+        """The endpoint as it may be printed (see :func:`redact_url`)."""
+        return redact_url(self.endpoint)
+
+
+_USERINFO: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)?[^/?#@\s]*@")
+_QUERY_ITEM: Final = re.compile(r"([?&;])([^&;#=]*)(=?)[^&;#]*")
+
+
+def redact_url(text: str) -> str:
+    """``text`` (an endpoint URL, well formed or not) with what may be a credential masked:
+    the user and password (``https://***@host``) and every query value (``?api_key=***``;
+    a query item without ``=`` is masked whole)."""
+    out = _USERINFO.sub(lambda m: f"{m.group(1) or ''}***@", text.strip(), count=1)
+    head, sep, query = out.partition("?")
+    if not sep:
+        return out
+    query, hash_, fragment = query.partition("#")
+    masked = _QUERY_ITEM.sub(
+        lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}***" if m.group(3) else f"{m.group(1)}***",
+        "?" + query,
+    )
+    return f"{head}{masked}{hash_}{'***' if fragment else ''}"
+
+
+class _Dropped(logging.Filter):
+    """Swallows (and counts) what OTel's header parser logs: a malformed header, *with its
+    value* (a token), which must never reach a log or a terminal."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.count += 1
+        return False
+
+
+_HEADER_LOGGER: Final = "opentelemetry.util.re"
+_parse_lock = threading.Lock()
+
+
+def parse_headers(text: str) -> tuple[dict[str, str], bool]:
+    """The headers of an ``OTEL_EXPORTER_OTLP_*HEADERS`` value as OTel's exporters parse
+    them, and whether any was dropped as malformed (what the parser logs is swallowed)."""
+    from opentelemetry.util.re import parse_env_headers
+
+    dropped = _Dropped()
+    logger = logging.getLogger(_HEADER_LOGGER)
+    with _parse_lock:
+        logger.addFilter(dropped)
+        try:
+            headers = dict(parse_env_headers(text, liberal=True))
+        finally:
+            logger.removeFilter(dropped)
+    return headers, dropped.count > 0
 
 
 def _get(environ: Mapping[str, str], name: str, signal: str) -> str | None:
-    specific = environ.get(
-        name.replace("OTEL_EXPORTER_OTLP_", f"OTEL_EXPORTER_OTLP_{signal.upper()}_")
-    )
-    value = specific if specific else environ.get(name)
-    return value.strip() if value and value.strip() else None
+    return _get_named(environ, name, signal)[1]
+
+
+def _get_named(environ: Mapping[str, str], name: str, signal: str) -> tuple[str, str | None]:
+    """The variable that gives ``name`` for ``signal`` (the signal's own first) and its
+    value."""
+    specific_name = name.replace("OTEL_EXPORTER_OTLP_", f"OTEL_EXPORTER_OTLP_{signal.upper()}_")
+    specific = environ.get(specific_name)
+    used, value = (specific_name, specific) if specific else (name, environ.get(name))
+    return used, (value.strip() if value and value.strip() else None)
 
 
 def otlp_enabled(environ: Mapping[str, str] | None = None, endpoint: str | None = None) -> bool:
@@ -66,8 +140,6 @@ def resolve(
     """The config of ``signal`` ("logs", "traces", "metrics"): ``base_endpoint`` (the
     ``--otlp-endpoint`` flag) overrides the environment. Bad values raise ValueError
     naming the variable."""
-    from opentelemetry.util.re import parse_env_headers
-
     e = os.environ if environ is None else environ
     protocol = _get(e, env.OTEL_EXPORTER_OTLP_PROTOCOL, signal) or "http/protobuf"
     if protocol not in ("http/protobuf", "grpc"):
@@ -92,7 +164,8 @@ def resolve(
     timeout = 10.0
     if timeout_text is not None:
         timeout = env.parse_nonneg_float(env.OTEL_EXPORTER_OTLP_TIMEOUT, timeout_text) / 1000.0
-    headers = parse_env_headers(_get(e, env.OTEL_EXPORTER_OTLP_HEADERS, signal) or "", liberal=True)
+    headers_name, headers_text = _get_named(e, env.OTEL_EXPORTER_OTLP_HEADERS, signal)
+    headers, dropped = parse_headers(headers_text or "")
     return OtlpConfig(
         endpoint=endpoint,
         protocol=protocol,
@@ -102,6 +175,7 @@ def resolve(
         client_key=_get(e, env.OTEL_EXPORTER_OTLP_CLIENT_KEY, signal),
         compression=compression,
         timeout=timeout or 10.0,
+        malformed_headers=headers_name if dropped else "",
     )
 
 
@@ -119,7 +193,8 @@ def _checked_url(name: str, value: str, protocol: str) -> str:
         ok = False
     if not ok or any(c.isspace() for c in text):
         also = " (or host:port for gRPC)" if protocol == "grpc" else ""
-        raise ValueError(f"{name}={value!r}: expected an http:// or https:// URL{also}")
+        shown = redact_url(value)
+        raise ValueError(f"{name}={shown!r}: expected an http:// or https:// URL{also}")
     return text
 
 
@@ -245,7 +320,7 @@ class Transport:
         if 200 <= status < 300:
             self._partial(content)
             return Result.OK
-        self.last_error = f"HTTP {status} from {self.config.endpoint}"
+        self.last_error = f"HTTP {status} from {self.config.shown_endpoint}"
         return Result.RETRY if status in _RETRY_HTTP else Result.REJECTED
 
     def _send_grpc(self, payload: bytes) -> Result:
@@ -299,4 +374,4 @@ class Transport:
         rejected, message = partial_rejections(self.signal, body)
         if rejected:
             self.rejected = rejected
-            self.last_error = f"partial success from {self.config.endpoint}: {message or '-'}"
+            self.last_error = f"partial success from {self.config.shown_endpoint}: {message or '-'}"

@@ -21,6 +21,7 @@ from nvrx_otel.aggregator.reader import Chunk
 from nvrx_otel.aggregator.state import OtlpProgress
 
 if TYPE_CHECKING:
+    from nvrx_otel.aggregator.config import AggregatorConfig
     from nvrx_otel.aggregator.otlp_files import FileView
 
 
@@ -79,27 +80,30 @@ class Sink(Protocol):
     def summary(self) -> str: ...
 
 
-def build_sinks(config: Any, node_id: str) -> dict[str, Sink]:
+def build_sinks(config: AggregatorConfig, node_id: str) -> dict[str, Sink]:
     """The sinks a config asks for, by their name in the state: ``otlp`` (``otlp_endpoint``
     or the ``OTEL_EXPORTER_OTLP_*`` variables) and ``otlp_json`` (``otlp_json``), each with
     its own cursors, so files keep flowing while an endpoint is down. Empty (nothing of
     OTLP imported) when OTLP is off."""
-    from nvrx_otel.aggregator.otlp_transport import otlp_enabled
-
-    endpoint: str | None = config.otlp_endpoint
+    endpoints = config.otlp_endpoints()
     json_dir: Path | None = config.otlp_json
-    on = otlp_enabled(endpoint=endpoint) if config.otlp_from_env else bool(endpoint)
-    if not on and json_dir is None:
+    if not endpoints and json_dir is None:
         return {}
     from nvrx_otel.aggregator.otlp_delivery import EndpointExporter, JsonLines
     from nvrx_otel.aggregator.otlp_export import OtlpExport
-    from nvrx_otel.aggregator.otlp_transport import Transport, resolve
+    from nvrx_otel.aggregator.otlp_transport import Transport
     from nvrx_otel.spool.paths import safe_component
 
     sinks: dict[str, Sink] = {}
-    if on:
-        logs = Transport("logs", resolve("logs", base_endpoint=endpoint))
-        traces = Transport("traces", resolve("traces", base_endpoint=endpoint))
+    if endpoints:
+        from nvrx_otel.aggregator.health import say
+
+        for problem in dict.fromkeys(
+            c.header_problem for c in endpoints.values() if c.header_problem
+        ):
+            say(f"{problem}: records are sent without them")  # the value is never shown
+        logs = Transport("logs", endpoints["logs"])
+        traces = Transport("traces", endpoints["traces"])
         exporter = EndpointExporter({"logs": logs, "traces": traces})
         sinks["otlp"] = OtlpExport(exporters=[exporter], has_endpoint=True)
     if json_dir is not None:

@@ -74,6 +74,7 @@ class SpoolDir:
         self._gone: dict[str, bool] = {}  # per writer, for the current cycle
         self._reported: set[str] = set()
         self.unreadable: dict[str, tuple[int, bool]] = {}  # name -> inode, a regular file
+        self.refused: dict[str, str] = {}  # the same names -> why they are not read
         self.max_open = open_cap()
         self.open_count = 0
         self.unwaited: frozenset[str] = frozenset()
@@ -125,6 +126,7 @@ class SpoolDir:
                 continue
             if was is not None:
                 del self.unreadable[name]
+                self.refused.pop(name, None)
                 say(f"spool file {name} can be read now")
             self.by_name[name] = f
             self.tracked.append(f)
@@ -134,6 +136,7 @@ class SpoolDir:
                 self._vanish(self.by_name.pop(name))
         for name in [n for n in self.unreadable if n not in present]:
             del self.unreadable[name]
+            self.refused.pop(name, None)
         self._regroup()
         return new
 
@@ -141,6 +144,7 @@ class SpoolDir:
         """``f`` can never be read (see the module): said once, no longer tracked."""
         f.unreadable = True
         self.unreadable[f.name] = (f.ino, regular)
+        self.refused[f.name] = why
         self._warn_once(
             f"unreadable:{f.name}:{f.ino}",
             f"cannot read spool entry {f.name} ({why}): no writer's lock can be probed on it, "
@@ -153,6 +157,7 @@ class SpoolDir:
         """``f`` belongs to another user: never read (see the module), said once."""
         f.unreadable = True
         self.unreadable[f.name] = (f.ino, False)  # not retried while the name means it
+        self.refused[f.name] = f"owned by uid {uid}, not by the aggregator's user ({os.geteuid()})"
         self._warn_once(
             f"foreign:{f.name}:{f.ino}",
             f"ignoring spool file {f.name}: owned by uid {uid}, not by this aggregator's user "

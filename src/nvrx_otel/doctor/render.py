@@ -98,6 +98,7 @@ def as_json(report: Report) -> dict[str, Any]:
             "free_bytes": st.free_bytes,
             "writers": [vars(w) for w in st.writers],
             "other_jobs": [vars(j) for j in st.other_jobs],
+            "refused": st.refused,
         },
         "otlp": [
             {

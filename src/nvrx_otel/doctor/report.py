@@ -4,9 +4,14 @@ Four parts: the identity (launcher, ranks, node, job), the resolved configuratio
 each setting's source (:func:`~nvrx_otel.activeconfig.get_active_config`), the spool
 directory's state (:mod:`.spoolstate`) and the OTLP endpoints' answers (:mod:`.endpoint`).
 Findings are *problems* when records would be lost or never reach their destination (an
-unusable spool, writers no aggregator serves, a writer at its budget, an endpoint that does
-not answer); the exit status is then 1. *Warnings* (a malformed variable, another job's
-unserved spool files, little free space) leave it 0.
+unusable spool, writers no aggregator serves, a writer at its budget, a spool file the
+aggregator will not read, a variable the aggregator refuses to start with, a malformed
+headers variable, an endpoint that does not answer); the exit status is then 1.
+*Warnings* (a malformed variable a rank would replace by its default, another job's
+unserved spool files, little free space) leave it 0. The aggregator's own checks are asked
+(:meth:`~nvrx_otel.aggregator.config.AggregatorConfig.otlp_endpoints`,
+:class:`~nvrx_otel.aggregator.spooldir.SpoolDir`), never copied, and no secret is shown:
+header values never, URLs with their user, password and query values masked.
 """
 
 from __future__ import annotations
@@ -15,15 +20,19 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from nvrx_otel import env
 from nvrx_otel.activeconfig import ActiveConfig, get_active_config
 from nvrx_otel.aggregator.health import human_bytes, plural
 from nvrx_otel.doctor.endpoint import Probe, probe
 from nvrx_otel.doctor.spoolstate import SpoolState, inspect
+from nvrx_otel.envparse import warnings_collected
 from nvrx_otel.identity import Identity, get_identity, resolve
 from nvrx_otel.spool.paths import NO_JOB, job_dir
+
+if TYPE_CHECKING:
+    from nvrx_otel.aggregator.otlp_transport import OtlpConfig
 
 BUDGET_WARN: Final = 0.5
 """A writer whose files take this share of its budget is warned about (it wakes the
@@ -98,30 +107,39 @@ def _identity(ident: Identity, e: Mapping[str, str], job: str | None) -> dict[st
     }
 
 
-def _endpoints(config: ActiveConfig, e: Mapping[str, str], base: str | None) -> list[Any]:
+def _endpoints(
+    config: ActiveConfig, e: Mapping[str, str], base: str | None
+) -> tuple[list[tuple[str, OtlpConfig]], str]:
     """The OTLP configs in use: the aggregator's (logs, traces) when it exports, and the
-    traces one when spans take the SDK path with the ``otlp`` exporter."""
-    from nvrx_otel.aggregator.otlp_transport import otlp_enabled, resolve
+    traces one when spans take the SDK path with the ``otlp`` exporter; and why the
+    aggregator would refuse to start ("" when it would start): its own checks, asked."""
+    from nvrx_otel.aggregator.config import AggregatorConfig
+    from nvrx_otel.aggregator.otlp_transport import resolve
 
-    signals: list[str] = []
-    if otlp_enabled(e, base):
-        signals += ["logs", "traces"]
+    out: list[tuple[str, OtlpConfig]] = []
+    refused = ""
+    try:
+        aggregator = AggregatorConfig.from_env(
+            strict=True, environ=e, log_dir=Path(), spool_root=Path(), otlp_endpoint=base
+        )
+        out += aggregator.otlp_endpoints(e).items()
+    except ValueError as exc:
+        refused = str(exc)
     spans = config.get("tracing", "spans go to")
     exporters = config.get("tracing", "exporters")
     sdk_otlp = exporters is not None and "otlp" in str(exporters.value).split(",")
-    if spans is not None and spans.value == "sdk" and sdk_otlp and "traces" not in signals:
-        signals.append("traces")
-    out = []
-    seen = set()
-    for signal in signals:
+    if spans is not None and spans.value == "sdk" and sdk_otlp and "traces" not in dict(out):
         try:
-            cfg = resolve(signal, base_endpoint=base, environ=e)
+            out.append(("traces", resolve("traces", base_endpoint=base, environ=e)))
         except ValueError:
-            continue  # reported with the configuration
+            pass  # reported with the configuration
+    seen = set()
+    unique = []
+    for signal, cfg in out:
         if cfg.endpoint not in seen:
             seen.add(cfg.endpoint)
-            out.append((signal, cfg))
-    return out
+            unique.append((signal, cfg))
+    return unique, refused
 
 
 def gather(
@@ -135,16 +153,32 @@ def gather(
 ) -> Report:
     """Look at everything (nothing is changed) and judge it."""
     e: Mapping[str, str] = os.environ if environ is None else environ
-    ident = get_identity() if environ is None else resolve(e)
-    config = get_active_config(environ, cwd=cwd, otlp_endpoint=otlp_endpoint, spool_dir=spool_dir)
-    root_setting = config.get("spool", "root")
-    root = root_setting.value if root_setting is not None else None
-    disabled = bool(env.DISABLED.get(e))
-    directory = job_dir(root, job_id or ident.job_id) if root else None
-    spool = inspect(root, directory)
-    probes = [probe(signal, cfg, timeout) for signal, cfg in _endpoints(config, e, otlp_endpoint)]
+    with warnings_collected() as said:  # e.g. RANK=abc: in the report, not only on stderr
+        ident = get_identity() if environ is None else resolve(e)
+        config = get_active_config(
+            environ, cwd=cwd, otlp_endpoint=otlp_endpoint, spool_dir=spool_dir
+        )
+        root_setting = config.get("spool", "root")
+        root = root_setting.value if root_setting is not None else None
+        disabled = bool(env.DISABLED.get(e))
+        directory = job_dir(root, job_id or ident.job_id) if root else None
+        spool = inspect(root, directory)
+        endpoints, refused = _endpoints(config, e, otlp_endpoint)
+    probes = [probe(signal, cfg, timeout) for signal, cfg in endpoints]
     report = Report(_identity(ident, e, job_id), config, spool, probes)
-    report.warnings += config.problems
+    if refused:
+        report.problems.append(
+            f"the aggregator would refuse to start (`nvrx-otel aggregate` exits 2): {refused}; "
+            "nothing would reach the node log or OTLP"
+        )
+    headers = [c.header_problem for _, c in endpoints if c.header_problem]
+    report.problems += [f"{p}: records would be sent without them" for p in dict.fromkeys(headers)]
+    promoted = [refused, *headers]
+    report.warnings += [
+        w
+        for w in dict.fromkeys([*config.problems, *said])
+        if not any(p and w.startswith(p) for p in promoted)
+    ]
     if disabled:
         report.warnings.append(
             "NVRX_OTEL_DISABLED is set: nothing is spooled, traced or exported; setup_logger "
@@ -165,6 +199,11 @@ def _judge_spool(report: Report, disabled: bool) -> None:
     if st.unusable and not disabled:
         report.problems.append(
             f"{st.unusable}: the front ends log to stderr instead, nothing reaches the node log"
+        )
+    for name, why in st.refused.items():
+        report.problems.append(
+            f"spool file {Path(st.job_dir or '') / name} is not read by the aggregator ({why}): "
+            "its records would never be delivered"
         )
     if st.state_problem:
         report.warnings.append(f"aggregator state: {st.state_problem}")

@@ -70,6 +70,7 @@ class SpoolState:
     writers: list[WriterInfo] = field(default_factory=list)
     other_jobs: list[OtherJob] = field(default_factory=list)
     free_bytes: int | None = None
+    refused: dict[str, str] = field(default_factory=dict)  # spool files the aggregator won't read
 
     @property
     def backlog(self) -> int:
@@ -104,6 +105,7 @@ def inspect(root: str | None, job_dir: Path | None) -> SpoolState:
     spool = SpoolDir(job_dir)
     try:
         spool.scan()
+        st.refused = dict(spool.refused)  # by the aggregator's own checks (owner, file type)
         if committed is not None:
             spool.restore(committed.files)
         for writer, files in spool.writers():

@@ -163,6 +163,13 @@ class SpoolWriter(WriterSlowPath):
         for watcher in list(self._start_watchers):
             watcher.writer_started()
 
+    def take_resource(self, resource: dict[str, Any]) -> bool:
+        """Carry ``resource`` (the identity's, with new run tags) in the headers of the
+        files made from now on; True when this writer has made a file already (its header,
+        the resource of every record in it, keeps the attributes from before)."""
+        self._resource = resource  # one assignment: the next header reads one or the other
+        return self._files.index >= 0
+
     def restart_in_child(self) -> None:
         """In a forked child: drop the parent's descriptors (its locks stay the parent's)."""
         self._lock = threading.RLock()
@@ -262,6 +269,18 @@ class SpoolWriter(WriterSlowPath):
 
 _all_writers: weakref.WeakSet[SpoolWriter] = weakref.WeakSet()
 """Every writer of the process (also those made outside ``registry.get_writer``)."""
+
+
+def take_identity_resource() -> bool:
+    """Every writer of this process carries the identity's resource attributes as they are
+    now in the files it makes from now on (:meth:`SpoolWriter.take_resource`); True when one
+    of them has made a file already."""
+    resource = get_identity().resource_attributes()
+    begun = False
+    for writer in list(_all_writers):
+        if writer.pid == os.getpid():
+            begun = writer.take_resource(resource) or begun
+    return begun
 
 
 def _after_fork_in_child() -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from nvrx_otel import __version__
 
 
@@ -57,3 +59,16 @@ def test_demo_runs_without_any_server(tmp_path: Path) -> None:
         "nvrx_log_node0.log",
         "nvrx_log_node1.log",
     ]
+
+
+@pytest.mark.parametrize(
+    "command", ["demo", "logs", "report", "identity", "aggregate", "lnav-install", "doctor"]
+)
+def test_every_command_help_shows_an_example(command: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "nvrx_otel.cli", command, "--help"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout.lower()
+    assert "example" in text and f"nvrx-otel {command} " in text, proc.stdout

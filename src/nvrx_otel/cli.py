@@ -125,14 +125,28 @@ def build_parser() -> argparse.ArgumentParser:
     demo_cli.add_arguments(demo)
     demo.set_defaults(func=cmd_demo)
 
-    ident = sub.add_parser("identity", help=cmd_identity.__doc__)
+    ident = sub.add_parser(
+        "identity",
+        help=cmd_identity.__doc__,
+        description=cmd_identity.__doc__,
+        epilog="examples:\n  nvrx-otel identity --json\n"
+        "  RANK=abc nvrx-otel identity --strict   # exit 2, naming RANK and its value",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ident.add_argument("--json", action="store_true", help="print JSON attributes")
     ident.add_argument(
         "--strict", action="store_true", help="fail on a malformed variable instead of ignoring it"
     )
     ident.set_defaults(func=cmd_identity)
 
-    doctor = sub.add_parser("doctor", help=cmd_doctor.__doc__)
+    doctor = sub.add_parser(
+        "doctor",
+        help=cmd_doctor.__doc__,
+        description=cmd_doctor.__doc__,
+        epilog="examples (see docs/doctor.md):\n  nvrx-otel doctor\n"
+        "  nvrx-otel doctor --json --otlp-endpoint http://gateway:4318 --timeout 5",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.add_argument("--spool-dir", help="the spool root (default: $NVRX_NODE_LOCAL_TMPDIR)")
     doctor.add_argument("--job-id", help="the job whose spool directory to look at")

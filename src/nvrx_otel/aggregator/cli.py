@@ -77,6 +77,14 @@ def build_parser(prog: str = DEFAULT_PROG) -> argparse.ArgumentParser:
             "to <log dir>/nvrx_log_<node id>.log, exactly once, and exits when the wait file "
             "appears (after draining)."
         ),
+        epilog=(
+            "example (one per node, before the ranks start; see docs/node-log.md):\n"
+            "  export NVRX_NODE_LOCAL_TMPDIR=/tmp/nvrx\n"
+            f"  {prog} --log-dir logs --wait-file done --job-id run1 &\n"
+            "  torchrun --nproc-per-node 8 --rdzv-id run1 train.py\n"
+            "  touch done && wait"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--log-dir", required=True, type=Path, help="directory of the node log (created)"

@@ -6,7 +6,11 @@ endpoint's :class:`~nvrx_otel.aggregator.otlp_transport.Transport`, or :class:`J
 for ``--otlp-json``), and :class:`Delivery`, which sends a request to every exporter,
 retrying with exponential backoff while one says *retry*, counting a request one refuses
 for good, and the items a partial success rejects, as dropped (the caller reports them:
-``otlp_losses``). After a refusal the next request waits the backoff too, so an endpoint
+``otlp_losses``). An endpoint that refuses the credentials (HTTP 401/403, gRPC
+UNAUTHENTICATED/PERMISSION_DENIED) refuses the sender, not the data: that is a
+configuration error, said loudly (at once, then every ``DENIED_REMIND_S`` while it lasts)
+and retried with backoff like an endpoint that is down; nothing is counted dropped and the
+records stay in the spool until an endpoint takes them. After a refusal the next request waits the backoff too, so an endpoint
 that refuses everything (its loss reports included) is not hammered. The backoff gives way
 at once to budget pressure, and to the drain: once the aggregator drains, a waiting retry
 runs at once and no wait or send outlasts the drain's deadline.
@@ -30,6 +34,8 @@ from nvrx_otel.aggregator.otlp_wire import LogsEncoder
 
 BACKOFF_START_S: Final = 0.5
 BACKOFF_MAX_S: Final = 30.0
+DENIED_REMIND_S: Final = 60.0
+"""While an endpoint keeps refusing the credentials, the report is made again this often."""
 
 
 class Exporter(Protocol):
@@ -147,6 +153,8 @@ class Delivery:
         self.on_report = on_report
         self.give_way = give_way  # True: stop retrying now (budget pressure)
         self.retrying = False
+        self.denied = ""  # while the endpoint refuses the credentials: its last answer
+        self._denied_said = 0.0  # when that was last reported (monotonic)
         self.dropped = 0  # spans refused or rejected for good (the sink counts log records)
         self._backoff = BACKOFF_START_S
         self._refused_until = 0.0  # after a refusal, the next request waits until then
@@ -232,6 +240,7 @@ class Delivery:
                 if self.retrying:
                     self.on_report(f"OTLP {signal} export works again")
                 self.retrying = False
+                self.denied = ""
                 self._backoff = BACKOFF_START_S
                 rejected = min(max(dest.rejected, 0), count)
                 if rejected:
@@ -253,7 +262,9 @@ class Delivery:
                 self._refused_until = time.monotonic() + self._backoff
                 self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
                 return count
-            if not self.retrying:
+            if result is Result.DENIED:
+                self._denied(signal, count, dest.last_error)
+            elif not self.retrying:
                 self.on_report(
                     f"OTLP {signal} export failing ({dest.last_error}); retrying with backoff, "
                     "the node log keeps flowing"
@@ -262,6 +273,21 @@ class Delivery:
             if not self._wait(self._backoff):
                 return None
             self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
+
+    def _denied(self, signal: str, count: int, error: str) -> None:
+        """Report an endpoint refusing the credentials: at once, again when its answer
+        changes, and every ``DENIED_REMIND_S`` while it lasts."""
+        now = time.monotonic()
+        if error == self.denied and now - self._denied_said < DENIED_REMIND_S:
+            return
+        self.denied = error
+        self._denied_said = now
+        self.on_report(
+            f"OTLP authentication failed: the endpoint refused the credentials for a {signal} "
+            f"batch of {count} ({error}); check "
+            "OTEL_EXPORTER_OTLP_HEADERS (the token) and the endpoint's auth settings. "
+            "Nothing is dropped: the records stay in the spool and are retried with backoff"
+        )
 
     def _say_once(self, key: str, message: str) -> None:
         if key not in self._said:

@@ -225,6 +225,11 @@ class OtlpExport:
                 f"{human_bytes(unread)} of spool not yet read for {self.label} were not "
                 "delivered; they stay in the spool for the next run"
             )
+            if self.delivery.denied:
+                text += (
+                    f" (the endpoint refused the credentials: {self.delivery.denied}; "
+                    "check OTEL_EXPORTER_OTLP_HEADERS)"
+                )
         return text
 
     def start(self) -> None:

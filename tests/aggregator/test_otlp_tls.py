@@ -124,7 +124,7 @@ def test_credentials_refused_over_http_are_denied_not_rejected(pki: Pki, status:
         e.status = status
         t = _transport(endpoint=e.url, certificate=str(pki.ca))
         assert t.send(b"x") is Result.DENIED
-        assert f"HTTP {status}" in t.last_error
+        assert f"HTTP {status}" in t.last_error and "credentials were refused" in t.last_error
 
 
 # --- OTLP/gRPC ---------------------------------------------------------------------------

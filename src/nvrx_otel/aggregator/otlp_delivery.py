@@ -7,8 +7,8 @@ for ``--otlp-json``), and :class:`Delivery`, which sends a request to every expo
 retrying with exponential backoff while one says *retry*, counting a request one refuses
 for good, and the items a partial success rejects, as dropped (the caller reports them:
 ``otlp_losses``). An endpoint that refuses the credentials (HTTP 401/403, gRPC
-UNAUTHENTICATED/PERMISSION_DENIED) refuses the sender, not the data: that is a
-configuration error, said loudly (at once, then every ``DENIED_REMIND_S`` while it lasts)
+UNAUTHENTICATED/PERMISSION_DENIED), or a TLS port sent a cleartext request, refuses the
+sender, not the data: that is a configuration error, said loudly (at once, then every ``DENIED_REMIND_S`` while it lasts)
 and retried with backoff like an endpoint that is down; nothing is counted dropped and the
 records stay in the spool until an endpoint takes them. After a refusal the next request waits the backoff too, so an endpoint
 that refuses everything (its loss reports included) is not hammered. The backoff gives way
@@ -275,16 +275,16 @@ class Delivery:
             self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
 
     def _denied(self, signal: str, count: int, error: str) -> None:
-        """Report an endpoint refusing the credentials: at once, again when its answer
-        changes, and every ``DENIED_REMIND_S`` while it lasts."""
+        """Report an endpoint refusing the sender: at once, again when its answer changes,
+        and every ``DENIED_REMIND_S`` while it lasts."""
         now = time.monotonic()
         if error == self.denied and now - self._denied_said < DENIED_REMIND_S:
             return
         self.denied = error
         self._denied_said = now
         self.on_report(
-            f"OTLP authentication failed: the endpoint refused the credentials for a {signal} "
-            f"batch of {count} ({error}); check "
+            f"OTLP configuration error: the endpoint refused the sender of a {signal} batch "
+            f"of {count}, not its data ({error}); check the endpoint URL, "
             "OTEL_EXPORTER_OTLP_HEADERS (the token) and the endpoint's auth settings. "
             "Nothing is dropped: the records stay in the spool and are retried with backoff"
         )

@@ -227,8 +227,7 @@ class OtlpExport:
             )
             if self.delivery.denied:
                 text += (
-                    f" (the endpoint refused the credentials: {self.delivery.denied}; "
-                    "check OTEL_EXPORTER_OTLP_HEADERS)"
+                    f" (a configuration error: {self.delivery.denied})"
                 )
         return text
 

@@ -1,9 +1,10 @@
 """Sending serialized OTLP requests: endpoint and options from ``OTEL_EXPORTER_OTLP_*``.
 
 ``Transport.send`` never raises: it answers OK, RETRY (endpoint down, overloaded or
-timing out: send the same batch again later), DENIED (the endpoint refused the
-credentials: HTTP 401 or 403, gRPC UNAUTHENTICATED or PERMISSION_DENIED; a configuration
-error to report loudly and retry, the data is fine) or REJECTED (the endpoint refused the
+timing out: send the same batch again later), DENIED (the endpoint refused the sender,
+not the data: credentials refused with HTTP 401 or 403, gRPC UNAUTHENTICATED or
+PERMISSION_DENIED, or a cleartext request sent to a TLS port; a configuration error to
+report loudly and retry) or REJECTED (the endpoint refused the
 data for good: count it as dropped, never loop on it). An OK answer may carry an OTLP
 *partial success*: the endpoint took the request but rejected some of its items for good
 (the specification forbids retrying them); ``Transport.rejected`` says how many.
@@ -35,6 +36,11 @@ from nvrx_otel.otlptls import (
 SIGNALS: Final = ("logs", "traces", "metrics")
 _RETRY_HTTP: Final = frozenset({408, 429, 500, 502, 503, 504})
 _DENIED_HTTP: Final = frozenset({401, 403})
+_TLS_PORT_ANSWERS: Final = (
+    b"HTTP request to an HTTPS server",  # Go's net/http (the collector)
+    b"plain HTTP request was sent to HTTPS port",  # nginx
+)
+"""What a TLS port answers (HTTP 400) to a cleartext request: the sender's mistake."""
 
 
 class Result(enum.Enum):
@@ -265,6 +271,10 @@ class Transport:
             return Result.OK
         self.last_error = f"HTTP {status} from {self.config.endpoint}"
         if status in _DENIED_HTTP:
+            self.last_error += ": the credentials were refused"
+            return Result.DENIED
+        if status == 400 and any(answer in content[:512] for answer in _TLS_PORT_ANSWERS):
+            self.last_error += ": the endpoint speaks TLS, use https://"
             return Result.DENIED
         return Result.RETRY if status in _RETRY_HTTP else Result.REJECTED
 
@@ -303,6 +313,7 @@ class Transport:
                 f": {details}" if details else ""
             )
             if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                self.last_error += " (the credentials were refused)"
                 return Result.DENIED
             retry = {
                 grpc.StatusCode.UNAVAILABLE,

@@ -280,3 +280,30 @@ def test_a_tls_file_that_cannot_be_read_is_an_error_naming_it(
     empty.write_text("")
     with pytest.raises(ValueError, match=f"{variable}='{empty}': the file is empty"):
         resolve("logs", environ={**environ, variable: str(empty)})
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_the_aggregator_refuses_to_start_on_a_missing_client_key(
+    tmp_path: Path, pki: Pki, protocol: str
+) -> None:
+    """At start, one line naming the variable and the file: not a retry loop that never
+    says why, nor a connection without the client certificate."""
+    import os
+    import subprocess
+    import sys
+
+    missing = tmp_path / "client-key.pem"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "NVRX", "OTEL"))}
+    environ.update(
+        OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
+        OTEL_EXPORTER_OTLP_ENDPOINT="https://127.0.0.1:1",
+        OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE=str(pki.client_cert),
+        OTEL_EXPORTER_OTLP_CLIENT_KEY=str(missing),
+    )
+    argv = [sys.executable, "-m", "nvrx_otel.logging.aggregator", "--log-dir",
+            str(tmp_path / "logs"), "--wait-file", str(tmp_path / "w"),
+            "--spool-dir", str(tmp_path / "s"), "--drain-timeout", "0"]  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, env=environ, timeout=60)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert f"OTEL_EXPORTER_OTLP_CLIENT_KEY='{missing}': cannot read the file" in lines[0]

@@ -29,6 +29,7 @@ from typing import Any
 
 from nvrx_otel import env
 
+
 def signal_value(environ: Mapping[str, str], name: str, signal: str) -> str | None:
     """``name``'s per-signal variant for ``signal`` when set, else ``name``; stripped, None
     when empty."""

@@ -71,7 +71,9 @@ def test_wrong_token_is_refused_reported_and_kept_until_the_right_one(
     (ports,) = Ports.pick()
     output = tmp_path / "output"
     environ = gateway_env(ports, output, **_auth_env(pki, _token_file(tmp_path / "t", TOKEN)))
-    gateway = make_collector("gateway", ["gateway.yaml", "gateway-auth.yaml"], environ, ports.health)
+    gateway = make_collector(
+        "gateway", ["gateway.yaml", "gateway-auth.yaml"], environ, ports.health
+    )
     w = FakeWriter(spool_dir(tmp_path))
     for i in range(RECORDS):
         w.log(f"authenticated {i}")
@@ -125,7 +127,9 @@ def test_cleartext_to_the_authenticated_gateway_carries_nothing(
     (ports,) = Ports.pick()
     output = tmp_path / "output"
     environ = gateway_env(ports, output, **_auth_env(pki, _token_file(tmp_path / "t", TOKEN)))
-    gateway = make_collector("gateway", ["gateway.yaml", "gateway-auth.yaml"], environ, ports.health)
+    gateway = make_collector(
+        "gateway", ["gateway.yaml", "gateway-auth.yaml"], environ, ports.health
+    )
     w = FakeWriter(spool_dir(tmp_path))
     for i in range(10):
         w.log(f"cleartext {i}")

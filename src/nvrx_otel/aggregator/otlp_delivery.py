@@ -6,14 +6,16 @@ endpoint's :class:`~nvrx_otel.aggregator.otlp_transport.Transport`, or :class:`J
 for ``--otlp-json``), and :class:`Delivery`, which sends a request to every exporter,
 retrying with exponential backoff while one says *retry*, counting a request one refuses
 for good, and the items a partial success rejects, as dropped (the caller reports them:
-``otlp_losses``). An endpoint that refuses the credentials (HTTP 401/403, gRPC
-UNAUTHENTICATED/PERMISSION_DENIED), or a TLS port sent a cleartext request, refuses the
-sender, not the data: that is a configuration error, said loudly (at once, then every ``DENIED_REMIND_S`` while it lasts)
-and retried with backoff like an endpoint that is down; nothing is counted dropped and the
-records stay in the spool until an endpoint takes them. After a refusal the next request waits the backoff too, so an endpoint
+``otlp_losses``). After a refusal the next request waits the backoff too, so an endpoint
 that refuses everything (its loss reports included) is not hammered. The backoff gives way
 at once to budget pressure, and to the drain: once the aggregator drains, a waiting retry
 runs at once and no wait or send outlasts the drain's deadline.
+
+An endpoint that refuses the credentials (HTTP 401/403, gRPC UNAUTHENTICATED or
+PERMISSION_DENIED), or a TLS port sent a cleartext request, refuses the sender, not the
+data: a configuration error, said loudly (at once, then every ``DENIED_REMIND_S`` while it
+lasts) and retried with backoff like an endpoint that is down. Nothing is counted dropped;
+the records stay in the spool until an endpoint takes them.
 """
 
 from __future__ import annotations

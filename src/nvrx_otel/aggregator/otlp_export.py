@@ -226,9 +226,7 @@ class OtlpExport:
                 "delivered; they stay in the spool for the next run"
             )
             if self.delivery.denied:
-                text += (
-                    f" (a configuration error: {self.delivery.denied})"
-                )
+                text += f" (a configuration error: {self.delivery.denied})"
         return text
 
     def start(self) -> None:

@@ -50,21 +50,36 @@ class TlsFiles:
 
 
 def tls_files(signal: str, environ: Mapping[str, str] | None = None) -> TlsFiles:
-    """The TLS files of ``signal`` from the environment, each checked readable (ValueError
-    naming the variable and the file otherwise)."""
+    """The TLS files of ``signal`` from the environment, each checked readable, and the
+    client certificate checked to load with its key (ValueError naming the variables and
+    the files otherwise)."""
     e = os.environ if environ is None else environ
     found = []
+    names = []
     for name in (
         env.OTEL_EXPORTER_OTLP_CERTIFICATE,
         env.OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE,
         env.OTEL_EXPORTER_OTLP_CLIENT_KEY,
     ):
         path = signal_value(e, name, signal)
+        specific = name.replace("OTEL_EXPORTER_OTLP_", f"OTEL_EXPORTER_OTLP_{signal.upper()}_")
+        names.append(specific if e.get(specific, "").strip() else name)
         if path is not None:
-            specific = name.replace("OTEL_EXPORTER_OTLP_", f"OTEL_EXPORTER_OTLP_{signal.upper()}_")
-            read_pem(specific if e.get(specific, "").strip() else name, path)
+            read_pem(names[-1], path)
         found.append(path)
-    return TlsFiles(*found)
+    files = TlsFiles(*found)
+    if files.client_certificate:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(
+                files.client_certificate, files.client_key
+            )
+        except (OSError, ssl.SSLError) as exc:
+            key = f" and {names[2]}={files.client_key!r}" if files.client_key else ""
+            raise ValueError(
+                f"{names[1]}={files.client_certificate!r}{key}: not a certificate and its "
+                f"private key in PEM ({exc})"
+            ) from None
+    return files
 
 
 def read_pem(variable: str, path: str) -> bytes:

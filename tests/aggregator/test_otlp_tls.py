@@ -307,3 +307,25 @@ def test_the_aggregator_refuses_to_start_on_a_missing_client_key(
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1, out.stderr
     assert f"OTEL_EXPORTER_OTLP_CLIENT_KEY='{missing}': cannot read the file" in lines[0]
+
+
+def test_a_client_certificate_that_does_not_go_with_its_key_is_an_error_naming_both(
+    pki: Pki,
+) -> None:
+    environ = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "https://collector:4318",
+        "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": str(pki.client_cert),
+        "OTEL_EXPORTER_OTLP_CLIENT_KEY": str(pki.server_key),  # another certificate's key
+    }
+    with pytest.raises(ValueError) as caught:
+        resolve("logs", environ=environ)
+    message = str(caught.value)
+    assert f"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE='{pki.client_cert}'" in message
+    assert f"OTEL_EXPORTER_OTLP_CLIENT_KEY='{pki.server_key}'" in message
+    not_pem = {**environ, "OTEL_EXPORTER_OTLP_CLIENT_KEY": str(pki.ca.with_name("junk"))}
+    pki.ca.with_name("junk").write_text("not a key\n")
+    with pytest.raises(ValueError, match="not a certificate and its private key in PEM"):
+        resolve("logs", environ=not_pem)
+    assert resolve(
+        "logs", environ={**environ, "OTEL_EXPORTER_OTLP_CLIENT_KEY": str(pki.client_key)}
+    )

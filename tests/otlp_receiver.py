@@ -56,6 +56,7 @@ class OtlpReceiver:
         self.sizes: list[int] = []  # each accepted request's body, uncompressed
         self.refused: dict[str, int] = {}  # per signal: requests answered with another status
         self.status = 200  # tests may set e.g. 503 to refuse
+        self.token: str | None = None  # set: a request without "Bearer <token>" gets 401
         self.lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._timer: threading.Timer | None = None
@@ -77,6 +78,9 @@ class OtlpReceiver:
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
                 status = receiver.status
+                token = receiver.token
+                if token is not None and self.headers.get("Authorization") != f"Bearer {token}":
+                    status = 401
                 reply = b""
                 if status == 200:
                     reply = receiver._take(self.path, body)

@@ -45,6 +45,7 @@ UPPER = {
     "nvrx_otel.spool.writer": ("logging", "tracing", "aggregator"),
     "nvrx_otel.spool.slowpath": ("logging", "tracing", "aggregator"),
     "nvrx_otel.nodeline": ("logging", "tracing", "aggregator"),
+    "nvrx_otel.otlptls": ("logging", "tracing", "aggregator"),
     "nvrx_otel.logging": ("tracing", "aggregator"),
     "nvrx_otel.logging.leanpath": ("tracing", "aggregator"),
     "nvrx_otel.logging.logflow": ("tracing", "aggregator"),

@@ -255,6 +255,7 @@ from nvrx_otel.envexternal import OTEL_EXPORTER_OTLP_CLIENT_KEY as OTEL_EXPORTER
 from nvrx_otel.envexternal import OTEL_EXPORTER_OTLP_COMPRESSION as OTEL_EXPORTER_OTLP_COMPRESSION
 from nvrx_otel.envexternal import OTEL_EXPORTER_OTLP_ENDPOINT as OTEL_EXPORTER_OTLP_ENDPOINT
 from nvrx_otel.envexternal import OTEL_EXPORTER_OTLP_HEADERS as OTEL_EXPORTER_OTLP_HEADERS
+from nvrx_otel.envexternal import OTEL_EXPORTER_OTLP_INSECURE as OTEL_EXPORTER_OTLP_INSECURE
 from nvrx_otel.envexternal import OTEL_EXPORTER_OTLP_PROTOCOL as OTEL_EXPORTER_OTLP_PROTOCOL
 from nvrx_otel.envexternal import OTEL_EXPORTER_OTLP_TIMEOUT as OTEL_EXPORTER_OTLP_TIMEOUT
 from nvrx_otel.envexternal import (

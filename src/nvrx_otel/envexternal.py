@@ -346,21 +346,33 @@ Setting(
     OTEL_EXPORTER_OTLP_CERTIFICATE,
     parse_text,
     None,
-    """CA bundle (PEM) to verify the endpoint's TLS certificate. Default: the system's.""",
+    """CA bundle (PEM) to verify an ``https://`` endpoint's certificate (a file that cannot be
+read is an error naming it). Default: the system's trust store (``SSL_CERT_FILE`` replaces
+it) and certifi's bundle; without a CA file an ``https://`` endpoint is still TLS.""",
 )
 OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE: Final = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"
 Setting(
     OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE,
     parse_text,
     None,
-    """Client certificate (PEM) for mutual TLS. Default: none.""",
+    """Client certificate (PEM) for mutual TLS; a file that cannot be read is an error naming
+it. Default: none.""",
 )
 OTEL_EXPORTER_OTLP_CLIENT_KEY: Final = "OTEL_EXPORTER_OTLP_CLIENT_KEY"
 Setting(
     OTEL_EXPORTER_OTLP_CLIENT_KEY,
     parse_text,
     None,
-    """Client private key (PEM) for mutual TLS. Default: none.""",
+    """Client private key (PEM) for mutual TLS; a file that cannot be read is an error naming
+it. Default: none (the key is in the client certificate's file).""",
+)
+OTEL_EXPORTER_OTLP_INSECURE: Final = "OTEL_EXPORTER_OTLP_INSECURE"
+Setting(
+    OTEL_EXPORTER_OTLP_INSECURE,
+    parse_text,
+    None,
+    """``true``: a gRPC endpoint given as ``host:port`` (no scheme) is cleartext (OpenTelemetry's
+meaning; ``http://`` is always cleartext, ``https://`` always TLS). Default: false (TLS).""",
 )
 OTEL_EXPORTER_OTLP_COMPRESSION: Final = "OTEL_EXPORTER_OTLP_COMPRESSION"
 Setting(OTEL_EXPORTER_OTLP_COMPRESSION, parse_text, None, """``gzip`` or ``none`` (default).""")

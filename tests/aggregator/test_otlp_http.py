@@ -120,6 +120,24 @@ def test_answers_mean_what_they_meant(endpoint: Endpoint) -> None:
     assert t.send(b"x") is Result.OK and t.rejected == 0
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [b"Client sent an HTTP request to an HTTPS server.\n",
+     b"<html><center>The plain HTTP request was sent to HTTPS port</center></html>"],
+    ids=["go", "nginx"],
+)  # fmt: skip
+def test_a_tls_port_answering_a_cleartext_request_is_denied_not_rejected(
+    endpoint: Endpoint, answer: bytes
+) -> None:
+    """An http:// endpoint that is a TLS port: its HTTP 400 is the sender's mistake, not bad
+    data (a plain 400 still rejects the batch for good)."""
+    t = _transport(endpoint.url)
+    endpoint.status = 400
+    endpoint.answer = answer
+    assert t.send(b"x") is Result.DENIED
+    assert "the endpoint speaks TLS, use https://" in t.last_error
+
+
 @pytest.mark.parametrize("http10", [True, False], ids=["http1.0", "closed-unannounced"])
 def test_a_connection_the_endpoint_closed_is_opened_again(http10: bool) -> None:
     """An HTTP/1.0 endpoint closes after each answer; another closes kept-alive

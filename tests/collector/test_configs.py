@@ -20,7 +20,19 @@ COMBINATIONS: dict[str, tuple[list[str], dict[str, str]]] = {
     "agent-scaleout": (["agent.yaml", "agent-scaleout.yaml"], {}),
     "agent-filelog-scaleout": (["agent.yaml", "agent-filelog.yaml", "agent-scaleout.yaml"], {}),
     "agent-debug": (["agent.yaml", "debug.yaml"], {}),
+    "agent-auth": (
+        ["agent.yaml", "agent-auth.yaml"],
+        {"NVRX_OTEL_GATEWAY_CA_FILE": "/ca.pem", "NVRX_OTEL_GATEWAY_TOKEN_FILE": "/token"},
+    ),
     "gateway": (["gateway.yaml"], {}),
+    "gateway-auth": (
+        ["gateway.yaml", "gateway-auth.yaml"],
+        {
+            "NVRX_OTEL_GATEWAY_TLS_CERT_FILE": "/cert.pem",
+            "NVRX_OTEL_GATEWAY_TLS_KEY_FILE": "/key.pem",
+            "NVRX_OTEL_GATEWAY_TOKEN_FILE": "/token",
+        },
+    ),
     "gateway-backend-debug": (
         ["gateway.yaml", "gateway-backend.yaml", "debug.yaml"],
         {"NVRX_OTEL_BACKEND_ENDPOINT": "http://127.0.0.1:4318"},
@@ -79,6 +91,15 @@ def test_backend_overlay_without_its_endpoint_fails(collector_bin: Path) -> None
     proc = run_validate(collector_bin, ["gateway.yaml", "gateway-backend.yaml"])
     assert proc.returncode != 0
     assert "otlp_http/backend" in proc.stderr
+
+
+@pytest.mark.collector
+def test_auth_overlay_without_its_files_fails(collector_bin: Path) -> None:
+    """No token file, certificate or key: the gateway refuses the config rather than run
+    without authentication or TLS."""
+    proc = run_validate(collector_bin, ["gateway.yaml", "gateway-auth.yaml"])
+    assert proc.returncode != 0
+    assert "bearertokenauth/gateway" in proc.stderr and "certificate and key" in proc.stderr
 
 
 @pytest.mark.collector

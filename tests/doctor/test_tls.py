@@ -82,3 +82,24 @@ def test_untrusted_certificate_is_a_problem(
     assert doc["otlp"][0]["ok"] is False
     assert "TLS certificate not trusted" in doc["otlp"][0]["detail"]
     assert doc["otlp"][0]["detail"].endswith("self-signed certificate")
+
+
+def test_probe_trusts_what_the_exporter_trusts_and_names_refused_credentials(
+    tmp_path: Path,
+) -> None:
+    """The doctor's TLS context is the exporter's (a private CA as the system's store via
+    SSL_CERT_FILE verifies for both); a 401 is named as refused credentials, not as records
+    refused."""
+    from nvrx_otel.aggregator.otlp_transport import OtlpConfig
+    from nvrx_otel.doctor.endpoint import probe
+    from tests.tlskit import make_pki, tls_http_endpoint
+
+    pki = make_pki(tmp_path / "pki")
+    with tls_http_endpoint(pki) as e, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SSL_CERT_FILE", str(pki.ca))
+        mp.delenv("REQUESTS_CA_BUNDLE", raising=False)
+        mp.delenv("CURL_CA_BUNDLE", raising=False)
+        e.status = 401
+        found = probe("logs", OtlpConfig(endpoint=e.url), 5.0)
+    assert not found.ok and found.tls is not None
+    assert "HTTP 401" in found.detail and "credentials were refused" in found.detail

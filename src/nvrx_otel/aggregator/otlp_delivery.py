@@ -10,6 +10,12 @@ for good, and the items a partial success rejects, as dropped (the caller report
 that refuses everything (its loss reports included) is not hammered. The backoff gives way
 at once to budget pressure, and to the drain: once the aggregator drains, a waiting retry
 runs at once and no wait or send outlasts the drain's deadline.
+
+An endpoint that refuses the credentials (HTTP 401/403, gRPC UNAUTHENTICATED or
+PERMISSION_DENIED), or a TLS port sent a cleartext request, refuses the sender, not the
+data: a configuration error, said loudly (at once, then every ``DENIED_REMIND_S`` while it
+lasts) and retried with backoff like an endpoint that is down. Nothing is counted dropped;
+the records stay in the spool until an endpoint takes them.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from nvrx_otel.aggregator.otlp_wire import LogsEncoder
 
 BACKOFF_START_S: Final = 0.5
 BACKOFF_MAX_S: Final = 30.0
+DENIED_REMIND_S: Final = 60.0
+"""While an endpoint keeps refusing the credentials, the report is made again this often."""
 
 
 class Exporter(Protocol):
@@ -147,6 +155,8 @@ class Delivery:
         self.on_report = on_report
         self.give_way = give_way  # True: stop retrying now (budget pressure)
         self.retrying = False
+        self.denied = ""  # while the endpoint refuses the credentials: its last answer
+        self._denied_said = 0.0  # when that was last reported (monotonic)
         self.dropped = 0  # spans refused or rejected for good (the sink counts log records)
         self._backoff = BACKOFF_START_S
         self._refused_until = 0.0  # after a refusal, the next request waits until then
@@ -232,6 +242,7 @@ class Delivery:
                 if self.retrying:
                     self.on_report(f"OTLP {signal} export works again")
                 self.retrying = False
+                self.denied = ""
                 self._backoff = BACKOFF_START_S
                 rejected = min(max(dest.rejected, 0), count)
                 if rejected:
@@ -253,7 +264,9 @@ class Delivery:
                 self._refused_until = time.monotonic() + self._backoff
                 self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
                 return count
-            if not self.retrying:
+            if result is Result.DENIED:
+                self._denied(signal, count, dest.last_error)
+            elif not self.retrying:
                 self.on_report(
                     f"OTLP {signal} export failing ({dest.last_error}); retrying with backoff, "
                     "the node log keeps flowing"
@@ -262,6 +275,21 @@ class Delivery:
             if not self._wait(self._backoff):
                 return None
             self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
+
+    def _denied(self, signal: str, count: int, error: str) -> None:
+        """Report an endpoint refusing the sender: at once, again when its answer changes,
+        and every ``DENIED_REMIND_S`` while it lasts."""
+        now = time.monotonic()
+        if error == self.denied and now - self._denied_said < DENIED_REMIND_S:
+            return
+        self.denied = error
+        self._denied_said = now
+        self.on_report(
+            f"OTLP configuration error: the endpoint refused the sender of a {signal} batch "
+            f"of {count}, not its data ({error}); check the endpoint URL, "
+            "OTEL_EXPORTER_OTLP_HEADERS (the token) and the endpoint's auth settings. "
+            "Nothing is dropped: the records stay in the spool and are retried with backoff"
+        )
 
     def _say_once(self, key: str, message: str) -> None:
         if key not in self._said:

@@ -225,6 +225,8 @@ class OtlpExport:
                 f"{human_bytes(unread)} of spool not yet read for {self.label} were not "
                 "delivered; they stay in the spool for the next run"
             )
+            if self.delivery.denied:
+                text += f" (a configuration error: {self.delivery.denied})"
         return text
 
     def start(self) -> None:

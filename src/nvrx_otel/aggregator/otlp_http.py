@@ -5,9 +5,10 @@ An export request is a POST of protobuf bytes; the answer is a status and a shor
 aggregator's loop shares); one kept-alive ``http.client`` connection costs a tenth of it.
 What ``requests`` would take from the environment is kept: an endpoint that a proxy
 variable (``HTTPS_PROXY``, ``NO_PROXY``...) or a ``~/.netrc`` entry concerns is sent
-through ``requests`` as before (:func:`plain_route` says which), and TLS trusts
-``OTEL_EXPORTER_OTLP_CERTIFICATE``, else ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE``, else
-certifi's bundle, as ``requests`` does.
+through ``requests`` as before (:func:`plain_route` says which). An ``https://`` URL is
+TLS verified as :func:`nvrx_otel.otlptls.ssl_context` says: ``OTEL_EXPORTER_OTLP_CERTIFICATE``,
+else ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE`` (as ``requests`` would), else the system's
+store and certifi's bundle.
 
 A connection the endpoint closed while idle (its keep-alive timeout) is noticed before
 reuse and opened again; a request that fails on a reused connection before any answer
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
 from nvrx_otel import __version__
+from nvrx_otel.otlptls import TlsFiles, ssl_context
 
 if TYPE_CHECKING:
     import ssl
@@ -53,26 +55,6 @@ def plain_route(endpoint: str) -> bool:
         return False
 
 
-def _tls_context(
-    certificate: str | None, client_certificate: str | None, client_key: str | None
-) -> ssl.SSLContext:
-    cafile = certificate or os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
-    if not cafile:
-        try:
-            import certifi
-
-            cafile = certifi.where()
-        except ImportError:  # the system's store
-            cafile = None
-    if cafile and os.path.isdir(cafile):
-        context = ssl.create_default_context(capath=cafile)
-    else:
-        context = ssl.create_default_context(cafile=cafile)
-    if client_certificate:
-        context.load_cert_chain(client_certificate, client_key)
-    return context
-
-
 class HttpEndpoint:
     """POSTs to one OTLP/HTTP URL over a connection kept open between requests."""
 
@@ -93,7 +75,7 @@ class HttpEndpoint:
         self.port = parts.port or (443 if self.https else 80)
         self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self.headers = {"User-Agent": USER_AGENT, **headers}
-        self._tls = (certificate, client_certificate, client_key)
+        self._tls = TlsFiles(certificate, client_certificate, client_key)
         self._context: ssl.SSLContext | None = None
         self._conn: http.client.HTTPConnection | None = None
 
@@ -134,7 +116,7 @@ class HttpEndpoint:
         conn: http.client.HTTPConnection
         if self.https:
             if self._context is None:
-                self._context = _tls_context(*self._tls)
+                self._context = ssl_context(self._tls)
             conn = http.client.HTTPSConnection(
                 self.host, self.port, timeout=timeout, context=self._context
             )

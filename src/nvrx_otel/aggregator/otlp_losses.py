@@ -1,7 +1,8 @@
 """Loss reports of what an OTLP endpoint refused for good, sent to it later.
 
 The node log holds every record; an endpoint may still refuse a logs request for good
-(an HTTP 4xx, a gRPC error not worth a retry) or take it and reject part of it (an OTLP
+(an HTTP 4xx, a gRPC error not worth a retry; refused credentials are not such a refusal:
+they are retried, ``otlp_delivery``) or take it and reject part of it (an OTLP
 *partial success*; the specification forbids sending those again). Either way the
 records are missing at the receiver, so the receiver must get a loss report instead, the
 same ``dropped <N> records ...`` WARNING the node log gets for other losses (reason

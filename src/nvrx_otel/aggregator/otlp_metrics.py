@@ -115,9 +115,14 @@ def _exporter(config: OtlpConfig) -> Any:
             OTLPMetricExporter as GrpcExporter,
         )
 
+        from nvrx_otel.otlptls import TlsFiles, grpc_credentials, grpc_uses_tls
+
+        tls = grpc_uses_tls(config.endpoint, config.insecure)
+        files = TlsFiles(config.certificate, config.client_certificate, config.client_key)
         return GrpcExporter(
             endpoint=config.endpoint,
-            insecure=config.endpoint.startswith("http://"),
+            insecure=not tls,
+            credentials=grpc_credentials(files) if tls else None,
             headers=dict(config.headers),
             timeout=config.timeout,
             preferred_temporality=temporality,

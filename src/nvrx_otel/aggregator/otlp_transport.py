@@ -1,10 +1,16 @@
 """Sending serialized OTLP requests: endpoint and options from ``OTEL_EXPORTER_OTLP_*``.
 
 ``Transport.send`` never raises: it answers OK, RETRY (endpoint down, overloaded or
-timing out: send the same batch again later) or REJECTED (the endpoint refused the data
-for good: count it as dropped, never loop on it). An OK answer may carry an OTLP *partial
-success*: the endpoint took the request but rejected some of its items for good (the
-specification forbids retrying them); ``Transport.rejected`` says how many.
+timing out: send the same batch again later), DENIED (the endpoint refused the sender,
+not the data: credentials refused with HTTP 401 or 403, gRPC UNAUTHENTICATED or
+PERMISSION_DENIED, or a cleartext request sent to a TLS port; a configuration error to
+report loudly and retry) or REJECTED (the endpoint refused the
+data for good: count it as dropped, never loop on it). An OK answer may carry an OTLP
+*partial success*: the endpoint took the request but rejected some of its items for good
+(the specification forbids retrying them); ``Transport.rejected`` says how many.
+
+Transport security follows :mod:`nvrx_otel.otlptls`: ``https://`` is TLS on both
+protocols (never cleartext for want of a CA file), ``http://`` is cleartext.
 """
 
 from __future__ import annotations
@@ -21,15 +27,30 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from nvrx_otel import env
+from nvrx_otel.otlptls import (
+    TlsFiles,
+    grpc_credentials,
+    grpc_target,
+    grpc_uses_tls,
+    insecure_wanted,
+    tls_files,
+)
 
 SIGNALS: Final = ("logs", "traces", "metrics")
 _RETRY_HTTP: Final = frozenset({408, 429, 500, 502, 503, 504})
+_DENIED_HTTP: Final = frozenset({401, 403})
+_TLS_PORT_ANSWERS: Final = (
+    b"HTTP request to an HTTPS server",  # Go's net/http (the collector)
+    b"plain HTTP request was sent to HTTPS port",  # nginx
+)
+"""What a TLS port answers (HTTP 400) to a cleartext request: the sender's mistake."""
 
 
 class Result(enum.Enum):
     OK = "ok"
     RETRY = "retry"
     REJECTED = "rejected"
+    DENIED = "denied"
 
 
 @dataclass(frozen=True)
@@ -45,6 +66,7 @@ class OtlpConfig:
     compression: str = "none"
     timeout: float = 10.0
     malformed_headers: str = ""  # the headers variable some of whose headers were dropped
+    insecure: bool = False  # OTEL_EXPORTER_OTLP_INSECURE: a gRPC host:port in cleartext
 
     @property
     def header_problem(self) -> str:
@@ -166,16 +188,18 @@ def resolve(
         timeout = env.parse_nonneg_float(env.OTEL_EXPORTER_OTLP_TIMEOUT, timeout_text) / 1000.0
     headers_name, headers_text = _get_named(e, env.OTEL_EXPORTER_OTLP_HEADERS, signal)
     headers, dropped = parse_headers(headers_text or "")
+    files = tls_files(signal, e)  # each one readable, or a ValueError naming it
     return OtlpConfig(
         endpoint=endpoint,
         protocol=protocol,
         headers=headers,
-        certificate=_get(e, env.OTEL_EXPORTER_OTLP_CERTIFICATE, signal),
-        client_certificate=_get(e, env.OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE, signal),
-        client_key=_get(e, env.OTEL_EXPORTER_OTLP_CLIENT_KEY, signal),
+        certificate=files.certificate,
+        client_certificate=files.client_certificate,
+        client_key=files.client_key,
         compression=compression,
         timeout=timeout or 10.0,
         malformed_headers=headers_name if dropped else "",
+        insecure=insecure_wanted(signal, e),
     )
 
 
@@ -321,6 +345,12 @@ class Transport:
             self._partial(content)
             return Result.OK
         self.last_error = f"HTTP {status} from {self.config.shown_endpoint}"
+        if status in _DENIED_HTTP:
+            self.last_error += ": the credentials were refused"
+            return Result.DENIED
+        if status == 400 and any(answer in content[:512] for answer in _TLS_PORT_ANSWERS):
+            self.last_error += ": the endpoint speaks TLS, use https://"
+            return Result.DENIED
         return Result.RETRY if status in _RETRY_HTTP else Result.REJECTED
 
     def _send_grpc(self, payload: bytes) -> Result:
@@ -333,15 +363,12 @@ class Transport:
             ) from exc
         cfg = self.config
         if self._grpc is None:
-            target = cfg.endpoint.split("://", 1)[-1].rstrip("/")
-            insecure = cfg.endpoint.startswith("http://") or not cfg.certificate
-            if insecure:
-                channel = grpc.insecure_channel(target)
+            target = grpc_target(cfg.endpoint)
+            if grpc_uses_tls(cfg.endpoint, cfg.insecure):
+                files = TlsFiles(cfg.certificate, cfg.client_certificate, cfg.client_key)
+                channel = grpc.secure_channel(target, grpc_credentials(files))
             else:
-                assert cfg.certificate is not None
-                with open(cfg.certificate, "rb") as fh:
-                    creds = grpc.ssl_channel_credentials(root_certificates=fh.read())
-                channel = grpc.secure_channel(target, creds)
+                channel = grpc.insecure_channel(target)
             method = {
                 "logs": "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
                 "traces": "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
@@ -356,7 +383,13 @@ class Transport:
             )
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
-            self.last_error = f"gRPC {code}"
+            details = exc.details() if hasattr(exc, "details") else None
+            self.last_error = f"gRPC {code} from {cfg.endpoint}" + (
+                f": {details}" if details else ""
+            )
+            if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                self.last_error += " (the credentials were refused)"
+                return Result.DENIED
             retry = {
                 grpc.StatusCode.UNAVAILABLE,
                 grpc.StatusCode.DEADLINE_EXCEEDED,

@@ -3,7 +3,8 @@
 OTLP/HTTP: an empty export request (``POST``, ``application/x-protobuf``, the configured
 headers), which a receiver accepts as zero items: any 2xx answer means records would be
 taken; any other status, or no answer, means they would not. gRPC: a TCP connection (and
-the TLS handshake for ``https://``), since calling the service needs the grpc extra.
+the TLS handshake when the exporter would use TLS: ``https://``, or ``host:port`` without
+``OTEL_EXPORTER_OTLP_INSECURE=true``), since calling the service needs the grpc extra.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from urllib.parse import urlsplit
 
 from nvrx_otel.aggregator.otlp_transport import OtlpConfig
 from nvrx_otel.doctor.tlsinfo import TlsInfo, client_context, describe, failure
+from nvrx_otel.otlptls import grpc_uses_tls
 
 
 @dataclass(frozen=True)
@@ -136,13 +138,17 @@ def _http(signal: str, config: OtlpConfig, timeout: float, held: _Held) -> Probe
     ms = (time.monotonic() - started) * 1000
     ok = 200 <= status < 300
     why = "" if ok else ": records sent there would be refused"
+    if status in (401, 403):
+        why = (
+            ": the credentials were refused (records would wait in the spool until they are right)"
+        )
     return Probe(signal, config.shown_endpoint, ok, f"HTTP {status} in {ms:.0f} ms{why}", tls)
 
 
 def _grpc(signal: str, config: OtlpConfig, timeout: float, held: _Held) -> Probe:
     text = config.endpoint
     url = urlsplit(text if "://" in text else f"//{text}")
-    secure = url.scheme == "https"
+    secure = grpc_uses_tls(text, config.insecure)
     host, port = url.hostname or "", url.port or 4317
     started = time.monotonic()
     with socket.create_connection((host, port), timeout=timeout) as raw:

@@ -1,8 +1,9 @@
 """TLS for the doctor's endpoint check: the client context and what the handshake showed.
 
-Only what Python's :mod:`ssl` gives: the context is built from the same
-``OTEL_EXPORTER_OTLP_*CERTIFICATE``/``CLIENT_KEY`` files the exporters use (the system's
-CAs when no certificate is given), verifying the peer and its host name as they do; the
+Only what Python's :mod:`ssl` gives: the context is the aggregator's own
+(:func:`nvrx_otel.otlptls.ssl_context`: the same ``OTEL_EXPORTER_OTLP_*CERTIFICATE``/
+``CLIENT_KEY`` files, the same default trust when no certificate is given), verifying the
+peer and its host name as the exporter does; the
 report is the protocol version, the cipher and the peer certificate's subject, issuer and
 expiry.
 """
@@ -38,11 +39,11 @@ class TlsInfo:
 def client_context(
     certificate: str | None, client_certificate: str | None, client_key: str | None
 ) -> ssl.SSLContext:
-    """A verifying client context; ``OSError``/``ssl.SSLError`` for an unreadable file."""
-    context = ssl.create_default_context(cafile=certificate)
-    if client_certificate:
-        context.load_cert_chain(client_certificate, client_key)
-    return context
+    """The exporter's verifying client context; ``OSError``/``ssl.SSLError`` for an
+    unreadable CA file, ``ValueError`` for a client certificate or key."""
+    from nvrx_otel.otlptls import TlsFiles, ssl_context
+
+    return ssl_context(TlsFiles(certificate, client_certificate, client_key))
 
 
 def _name(parts: Any) -> str:

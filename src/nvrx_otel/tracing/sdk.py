@@ -52,11 +52,23 @@ def exporter_names(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def _otlp() -> SpanExporter | None:
+    """The OTLP span exporter. Its TLS follows :mod:`nvrx_otel.otlptls` (the SDK's gRPC
+    exporter would fall back to gRPC's own roots, or to no client certificate when a file is
+    missing): a TLS file that cannot be read raises ValueError naming it."""
+    from nvrx_otel.otlptls import (
+        grpc_credentials,
+        grpc_uses_tls,
+        insecure_wanted,
+        signal_value,
+        tls_files,
+    )
+
     protocol = (
         os.environ.get(env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, "").strip()
         or os.environ.get(env.OTEL_EXPORTER_OTLP_PROTOCOL, "").strip()
         or _HTTP
     ).lower()
+    files = tls_files("traces")
     if protocol == _GRPC:
         try:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
@@ -68,7 +80,11 @@ def _otlp() -> SpanExporter | None:
                 "exporting spans over http/protobuf instead"
             )
         else:
-            return GrpcExporter()
+            endpoint = signal_value(os.environ, env.OTEL_EXPORTER_OTLP_ENDPOINT, "traces")
+            tls = grpc_uses_tls(endpoint or "http://localhost:4317", insecure_wanted("traces"))
+            return GrpcExporter(
+                insecure=not tls, credentials=grpc_credentials(files) if tls else None
+            )
     elif protocol != _HTTP:
         env.warn_once(f"OTLP protocol {protocol!r} is not supported; using {_HTTP}")
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter

@@ -20,7 +20,10 @@ COMBINATIONS: dict[str, tuple[list[str], dict[str, str]]] = {
     "agent-scaleout": (["agent.yaml", "agent-scaleout.yaml"], {}),
     "agent-filelog-scaleout": (["agent.yaml", "agent-filelog.yaml", "agent-scaleout.yaml"], {}),
     "agent-debug": (["agent.yaml", "debug.yaml"], {}),
+    "agent-kafka": (["agent.yaml", "agent-kafka.yaml"], {}),
+    "agent-filelog-kafka": (["agent.yaml", "agent-filelog.yaml", "agent-kafka.yaml"], {}),
     "gateway": (["gateway.yaml"], {}),
+    "gateway-kafka": (["gateway.yaml", "gateway-kafka.yaml"], {}),
     "gateway-backend-debug": (
         ["gateway.yaml", "gateway-backend.yaml", "debug.yaml"],
         {"NVRX_OTEL_BACKEND_ENDPOINT": "http://127.0.0.1:4318"},
@@ -56,8 +59,8 @@ BROKEN = {
     # A misspelt option.
     "misspelt-key": "exporters:\n  otlp_grpc/gateway:\n    endpiont: 127.0.0.1:1\n",
     # A component type that is not in the distribution.
-    "unknown-type": "receivers:\n  kafka: {}\nservice:\n  pipelines:\n    logs:\n"
-    "      receivers: [otlp, kafka]\n",
+    "unknown-type": "receivers:\n  zipkin: {}\nservice:\n  pipelines:\n    logs:\n"
+    "      receivers: [otlp, zipkin]\n",
 }
 
 
@@ -69,7 +72,7 @@ def test_broken_config_fails_validation(collector_bin: Path, tmp_path: Path, cas
     proc = run_validate(collector_bin, ["agent.yaml", overlay])
     assert proc.returncode != 0
     needle = {"missing-exporter": "otlp_grpc/nowhere", "misspelt-key": "endpiont"}.get(
-        case, "kafka"
+        case, "zipkin"
     )
     assert needle in proc.stderr
 

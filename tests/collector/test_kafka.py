@@ -1,0 +1,111 @@
+"""End to end through a real Kafka broker: 2 nodes x 4 ranks → each node's aggregator → its
+agent (``agent-kafka.yaml``) → Kafka (one topic per signal) → one gateway
+(``gateway-kafka.yaml``) → the gateway's files.
+
+The broker is Apache Kafka 4.x in KRaft mode, one process for the module
+(``tests/collector/kafka.py``); each test has topics and a consumer group of its own.
+Every record and span must arrive (after de-duplication by ``nv.nvrx.record.key`` and span
+id; a duplicate must be the same record) also when, mid-job, the gateway is stopped while
+the ranks log on and started again, or the broker is killed with SIGKILL and started again
+on the same log directory. Duplicates are allowed (at least once) and counted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.collector.harness import MakeCollector, wait_until
+from tests.collector.job import Job, queue_size, sent_log_records
+from tests.collector.kafka import KafkaBroker, KafkaTopics
+
+pytestmark = [pytest.mark.collector, pytest.mark.kafka]
+
+SPANS = 32  # 8 ranks x (2 cycles + 2 checkpoints)
+
+
+def _job(make_collector: MakeCollector, tmp: Path, broker: KafkaBroker, name: str) -> Job:
+    return Job(make_collector, tmp, kafka=KafkaTopics(broker, name))
+
+
+def _first_cycle_delivered(job: Job) -> None:
+    """Until the gateway has every rank's first cycle (half the steps + a checkpoint)."""
+    first = len(job.nodes) * job.ranks_per_node * (job.records // 2 + 1)
+    wait_until(
+        lambda: job.arrived() >= first, "the first cycle at the gateway", 60, on_fail=job.tails
+    )
+
+
+def _report(tmp: Path, found: dict[str, int]) -> None:
+    """Keep the counts beside the test's logs (and in -rA output) for the record."""
+    (tmp / "counts.json").write_text(json.dumps(found))
+    print(f"delivered through Kafka: {found}")
+
+
+def test_two_node_job_through_kafka(
+    make_collector: MakeCollector, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    job = _job(make_collector, tmp_path, kafka_broker, "plain").start()
+    job.start_ranks()
+    job.finish_ranks()
+    job.stop()
+    found = job.check_output()
+    _report(tmp_path, found)
+    assert found["records"] == job.expected_records() == 816
+    assert found["spans"] == SPANS
+
+
+def test_gateway_restart_mid_job_loses_nothing(
+    make_collector: MakeCollector, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    job = _job(make_collector, tmp_path, kafka_broker, "gateway-restart").start()
+    job.start_ranks(gated=True)
+    job.wait_half()
+    _first_cycle_delivered(job)
+    assert job.gateway.stop() == 0
+    job.release()  # the second cycle is logged while no gateway reads the topics
+    job.finish_ranks()
+    # Kafka holds it: the agents have written every record to the topics (none waits in
+    # their queues) while the gateway was down.
+    wait_until(
+        lambda: sum(sent_log_records(n.ports.metrics) for n in job.nodes) >= job.expected_records(),
+        "every record written to Kafka by the agents",
+        60,
+        on_fail=job.tails,
+    )
+    job.restart_gateway()  # the same consumer group: it resumes at the committed offsets
+    job.stop()
+    found = job.check_output()
+    _report(tmp_path, found)
+    assert found["records"] == job.expected_records()
+    assert found["spans"] == SPANS
+
+
+def test_broker_killed_and_restarted_mid_job_loses_nothing(
+    make_collector: MakeCollector, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    job = _job(make_collector, tmp_path, kafka_broker, "broker-restart").start()
+    job.start_ranks(gated=True)
+    job.wait_half()
+    _first_cycle_delivered(job)
+    kafka_broker.kill()
+    try:
+        job.release()  # the second cycle is logged while the broker is down
+        job.finish_ranks()
+        # The agents cannot produce: the second cycle waits in their persistent queues.
+        for node in job.nodes:
+            wait_until(
+                lambda n=node: queue_size(n.ports.metrics) > 0,  # type: ignore[misc]
+                f"records queued in {node.name}'s agent",
+                60,
+                on_fail=job.tails,
+            )
+    finally:
+        kafka_broker.start().wait_ready()  # same ports, same log directory
+    job.stop()
+    found = job.check_output()
+    _report(tmp_path, found)
+    assert found["records"] == job.expected_records()
+    assert found["spans"] == SPANS

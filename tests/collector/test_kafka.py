@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.collector.harness import MakeCollector, wait_until
+from tests.collector.harness import MakeCollector, attrs, read_requests, wait_until
 from tests.collector.job import Job, queue_size, sent_log_records
 from tests.collector.kafka import KafkaBroker, KafkaTopics
 
@@ -55,6 +55,24 @@ def test_two_node_job_through_kafka(
     _report(tmp_path, found)
     assert found["records"] == job.expected_records() == 816
     assert found["spans"] == SPANS
+    # The gateway writes each Kafka message as one line (no batching after the receiver),
+    # so the lines show the messages: a span message holds one trace (its key is the trace
+    # id), a log message one process's resource (its key is the resource's hash).
+    for req in read_requests(job.out, "traces"):
+        trace_ids = {
+            sp["traceId"]
+            for rs in req["resourceSpans"]
+            for ss in rs["scopeSpans"]
+            for sp in ss["spans"]
+        }
+        assert len(trace_ids) == 1, trace_ids
+    log_lines = read_requests(job.out, "logs")
+    assert len(log_lines) >= 8  # at least one message per rank
+    for req in log_lines:
+        resources = {
+            tuple(sorted(attrs(rl["resource"]["attributes"]).items())) for rl in req["resourceLogs"]
+        }
+        assert len(resources) == 1, resources
 
 
 def test_gateway_restart_mid_job_loses_nothing(

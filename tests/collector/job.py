@@ -213,11 +213,13 @@ class Job:
     def rank_of(self, node: Node, local: int) -> int:
         return node.index * self.ranks_per_node + local
 
-    def start_ranks(self, *, gated: bool = False) -> None:
+    def start_ranks(self, *, gated: bool = False, step_s: float = 0.0) -> None:
+        """Start every rank; ``gated``: each waits after its first cycle until ``release``,
+        and then logs a step every ``step_s`` seconds."""
         args = [sys.executable, str(RANK_SCRIPT), str(self.records)]
         args.append("filelog" if self.filelog else "aggregator")
         if gated:
-            args.append(str(self.gate))
+            args += [str(self.gate), str(step_s)]
         world = str(len(self.nodes) * self.ranks_per_node)
         for node in self.nodes:
             for local in range(self.ranks_per_node):

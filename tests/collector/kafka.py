@@ -192,6 +192,17 @@ class KafkaBroker:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def cpu_s(self) -> float:
+        """CPU time (user + system) the broker's JVM has used so far (for benchmarks)."""
+        assert self.proc is not None
+        tick = 1 / os.sysconf("SC_CLK_TCK")
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
+        total = 0.0
+        for pid in children.split():  # the JVM under `timeout`
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) * tick  # utime + stime
+        return total
+
     def log_tail(self, lines: int = 40) -> str:
         try:
             text = self.log_path.read_text(errors="replace")

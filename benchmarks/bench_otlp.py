@@ -83,8 +83,8 @@ def _sdk_encode(lines: list[bytes]) -> None:
                 "code.function.name": r["fn"],
                 "thread.id": r["tid"],
                 "thread.name": r["tn"],
+                "log.record.uid": r["key"],
                 "nv.nvrx.record.key": r["key"],
-                "log.logger.name": r["lg"],
             },
         )
         batch.append(ReadableLogRecord(record, resource=resource, instrumentation_scope=scope))
@@ -110,7 +110,6 @@ def _message_encode(lines: list[bytes]) -> None:
         lr.body.string_value = r["msg"]
         add = lr.attributes.add
         for key, value in (
-            ("log.logger.name", r["lg"]),
             ("code.file.path", r["path"]),
             ("code.function.name", r["fn"]),
             ("thread.name", r["tn"]),
@@ -122,9 +121,10 @@ def _message_encode(lines: list[bytes]) -> None:
             kv = add()
             kv.key = key
             kv.value.int_value = number
-        kv = add()
-        kv.key = "nv.nvrx.record.key"
-        kv.value.string_value = r["key"]
+        for key in ("log.record.uid", "nv.nvrx.record.key"):
+            kv = add()
+            kv.key = key
+            kv.value.string_value = r["key"]
     req.SerializeToString()
 
 

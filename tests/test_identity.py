@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Any
 
 import pytest
@@ -201,3 +202,37 @@ def test_resource_merges_otel_env_with_identity_winning(monkeypatch: pytest.Monk
     assert attrs[semconv.WORKLOAD_RANK] == 2
     assert attrs[semconv.PROCESS_PID] == 77
     assert semconv.INFRA_RANK not in attrs  # unknown values are left out
+
+
+def test_service_instance_id_is_a_random_uuid_per_process_with_job_node_pid_apart() -> None:
+    """The semantic conventions recommend a random UUID; job, node and pid have their own
+    attributes. A forked child is another process: it gets its own."""
+    env = {"SLURM_JOB_ID": "42", "NVRX_OTEL_NODE_ID": "n1"}
+    attrs = resolve(env, host_name=HOST, pid=77).attributes()
+    instance = attrs[semconv.SERVICE_INSTANCE_ID]
+    assert isinstance(instance, str) and uuid.UUID(instance).version == 4
+    assert resolve(env, host_name=HOST, pid=77).attributes()[semconv.SERVICE_INSTANCE_ID] == (
+        instance
+    )  # one per process, not per resolution
+    assert (attrs[semconv.JOB_ID], attrs[semconv.NODE_ID], attrs[semconv.PROCESS_PID]) == (
+        "42",
+        "n1",
+        77,
+    )
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.write(w, identity.instance_id().encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    child = os.read(r, 64).decode()
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert uuid.UUID(child).version == 4 and child != instance
+
+
+def test_resource_carries_the_semantic_conventions_schema_url() -> None:
+    ident = resolve({"RANK": "0"}, host_name=HOST, pid=77)
+    assert ident.resource().schema_url == semconv.SCHEMA_URL

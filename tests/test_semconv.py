@@ -73,6 +73,8 @@ def test_required_attribute_keys_exist_in_namespace() -> None:
     assert len(keys) == 15
     assert s.HOST_NAME == "host.name" and s.PROCESS_PID == "process.pid"
     assert s.ERROR_TYPE == "error.type" and s.EXCEPTION_STACKTRACE == "exception.stacktrace"
+    assert s.LOG_RECORD_UID == "log.record.uid"
+    assert s.SCHEMA_URL.startswith("https://opentelemetry.io/schemas/1.")
 
 
 def test_enumerations_are_enums() -> None:
@@ -89,7 +91,7 @@ def test_generated_files_match_registry() -> None:
 def test_drift_is_detected_after_a_hand_edit(tmp_path: Path) -> None:
     for sub in ("model", "src/nvrx_otel", "docs"):
         (tmp_path / sub).mkdir(parents=True)
-    for f in (ROOT / "model").glob("*.yaml"):
+    for f in (*(ROOT / "model").glob("*.yaml"), ROOT / "model" / "python.toml"):
         shutil.copy(f, tmp_path / "model")
     assert _generate.main(["--root", str(tmp_path)]) == 0
     assert _generate.main(["--root", str(tmp_path), "--check"]) == 0
@@ -98,29 +100,88 @@ def test_drift_is_detected_after_a_hand_edit(tmp_path: Path) -> None:
     assert _generate.main(["--root", str(tmp_path), "--check"]) == 1
 
 
+SIDE = (
+    'otel_semconv_version = "1.44.0"\n'
+    '[[span_group]]\nname = "nv.nvrx.a"\nconstant = "A"\nenum = "AKind"\nbrief = "b"\n'
+    '[otel_attributes]\n"error.type" = { type = "string", stability = "stable" }\n'
+)
+OTEL_REF = (
+    "- id: o\n  type: attribute_group\n  brief: b\n  attributes:\n  - {ref: error.type, brief: b}\n"
+)
+
+
 @pytest.mark.parametrize(
     ("yaml_text", "message"),
     [
         (
             "groups:\n- id: g\n  type: attribute_group\n  attributes:\n"
-            "  - {id: foo.bar, type: int, brief: b}\n",
+            "  - {id: foo.bar, type: int, stability: development, brief: b}\n" + OTEL_REF,
             "outside the nv.nvrx. namespace",
         ),
         (
-            "groups:\n- id: scope.nv.nvrx.a\n  type: scope\n  name: nv.nvrx.a\n"
-            "  constant: A\n  enum: AKind\n  brief: b\n"
-            "- id: span.nv.nvrx.a.wrong\n  type: span\n  scope: nv.nvrx.a\n  kind: x\n"
-            "  stability: development\n  brief: b\n",
-            "id must be 'span.nv.nvrx.a.x'",
+            "groups:\n- id: span.nv.nvrx.b.x\n  type: span\n  span_kind: internal\n"
+            "  stability: development\n  brief: b\n  attributes: []\n" + OTEL_REF,
+            "'nv.nvrx.b.x' is in no span group of python.toml",
+        ),
+        (
+            "groups:\n- id: span.nv.nvrx.a.x.y\n  type: span\n  span_kind: internal\n"
+            "  stability: development\n  brief: b\n  attributes: []\n" + OTEL_REF,
+            "kind 'x.y' of span group 'nv.nvrx.a' is not a name",
         ),
         (
             "groups:\n- id: g\n  type: attribute_group\n  attributes:\n"
-            "  - {id: nv.nvrx.a, type: float, brief: b}\n",
+            "  - {id: nv.nvrx.a, type: float, stability: development, brief: b}\n" + OTEL_REF,
             "unknown type 'float'",
+        ),
+        (
+            "groups:\n- id: g\n  type: attribute_group\n  attributes:\n"
+            "  - {id: nv.nvrx.a, type: int, stability: stabel, brief: b}\n" + OTEL_REF,
+            "unknown stability 'stabel'",
+        ),
+        (
+            "groups:\n- id: g\n  type: attribute_group\n  attributes:\n"
+            "  - {ref: host.name, brief: b}\n" + OTEL_REF,
+            "reference to 'host.name', neither a registry attribute nor one of the OpenTelemetry",
+        ),
+        (
+            "groups:\n- id: g\n  type: attribute_group\n  attributes:\n"
+            "  - {id: nv.nvrx.a, type: int, stability: development, brief: b}\n",
+            r"OpenTelemetry attributes never referenced: \['error.type'\]",
+        ),
+        (
+            "groups:\n- id: g\n  type: reused\n  attributes: []\n" + OTEL_REF,
+            "unknown type 'reused'",
+        ),
+        (
+            "groups:\n- id: span.nv.nvrx.a.x\n  type: span\n  span_kind: internal\n"
+            "  brief: b\n  attributes: []\n" + OTEL_REF,
+            "missing 'stability'",
         ),
     ],
 )
 def test_registry_errors_name_the_problem(tmp_path: Path, yaml_text: str, message: str) -> None:
     (tmp_path / "bad.yaml").write_text(yaml_text)
+    (tmp_path / "python.toml").write_text(SIDE)
     with pytest.raises(_semconv_model.RegistryError, match=message):
         _semconv_model.load_registry(tmp_path)
+
+
+def test_a_span_belongs_to_its_longest_span_group(tmp_path: Path) -> None:
+    two_groups = SIDE.replace(
+        "[otel_attributes]",
+        '[[span_group]]\nname = "nv.nvrx.a.b"\nconstant = "AB"\nenum = "ABKind"\nbrief = "b"\n'
+        "[otel_attributes]",
+    )
+    (tmp_path / "python.toml").write_text(two_groups)
+    (tmp_path / "spans.yaml").write_text(
+        "groups:\n- id: span.nv.nvrx.a.b.c\n  type: span\n  span_kind: internal\n"
+        "  stability: development\n  brief: b\n  attributes: []\n"
+        "- id: span.nv.nvrx.a.d\n  type: span\n  span_kind: internal\n"
+        "  stability: development\n  brief: b\n  attributes: [{ref: error.type}]\n" + OTEL_REF
+    )
+    reg = _semconv_model.load_registry(tmp_path)
+    assert [(s.scope, s.kind) for s in reg.spans.values()] == [
+        ("nv.nvrx.a.b", "c"),
+        ("nv.nvrx.a", "d"),
+    ]
+    assert reg.schema_url == "https://opentelemetry.io/schemas/1.44.0"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from nvrx_otel import env
 from nvrx_otel._semconv_model import (
+    Attribute,
     Registry,
     Span,
     load_registry,
@@ -52,12 +53,20 @@ def _doc(text: str) -> str:
 
 def render_python(reg: Registry) -> str:
     out: list[str] = [_HEADER]
+    out.append(f"SCHEMA_URL: Final = {_q(reg.schema_url)}")
+    out.append(
+        _doc(
+            "Schema URL of the OpenTelemetry semantic-conventions release the attributes "
+            "follow (the ``schema_url`` of resources and instrumentation scopes)."
+        )
+        + "\n"
+    )
     out.append("# --- span groups (instrumentation scopes) " + "-" * 45 + "\n")
     for scope in reg.scopes.values():
         out.append(f"{scope.constant}: Final = {_q(scope.name)}\n{_doc(scope.brief)}\n")
     out.append("\n# --- attribute keys " + "-" * 66 + "\n")
     for attr in sorted(reg.attributes.values(), key=lambda a: (a.reused, a.id)):
-        out.append(f"{attr.constant}: Final = {_q(attr.id)}\n{_doc(attr.brief)}\n")
+        out.append(f"{attr.constant}: Final = {_q(attr.id)}\n{_doc(_attr_doc(attr))}\n")
     for attr in reg.attributes.values():
         if attr.members:
             out.append(f"\n\nclass {attr.enum_name}(str, Enum):")
@@ -129,6 +138,16 @@ SPANS: Final[Mapping[str, SpanDef]] = MappingProxyType(
     {'''
 
 
+def _attr_doc(attr: Attribute) -> str:
+    """An attribute constant's docstring: its brief, whose it is, and any deprecation."""
+    text = attr.brief
+    if attr.reused:
+        text += f" (OpenTelemetry, {attr.stability})"
+    if attr.renamed_to:
+        text += f" Deprecated: use ``{attr.renamed_to}``. {attr.deprecation_note}".rstrip()
+    return text
+
+
 def _tuple(reg: Registry, ids: Iterable[str]) -> str:
     consts = [reg.attributes[i].constant for i in ids]
     return "(" + ", ".join(consts) + ("," if len(consts) == 1 else "") + ")"
@@ -149,7 +168,11 @@ def render_markdown(reg: Registry) -> str:
         "<!-- GENERATED from model/ by `python -m nvrx_otel._generate`; do not edit. -->",
         "",
         "Every name below is a constant in `nvrx_otel.semconv`; code uses the constant,",
-        "never the string.",
+        "never the string. The registry (`model/`) follows OpenTelemetry Weaver's format for",
+        "semantic-convention files; OpenTelemetry attributes are referenced, not redefined,",
+        f"and follow semantic conventions {reg.otel_semconv_version}: resources and scopes",
+        f"carry the schema URL `{reg.schema_url}` (`SCHEMA_URL`). How the registry and",
+        "the output are checked: [opentelemetry-conformance.md](opentelemetry-conformance.md).",
         "",
         "## Span groups and span kinds",
         "",
@@ -183,9 +206,15 @@ def render_markdown(reg: Registry) -> str:
         if attr.members:
             typ = "enum: " + ", ".join(f"`{m.value}`" for m in attr.members)
         examples = ", ".join(f"`{e}`" for e in attr.examples) or "—"
+        stability = attr.stability + (" (OpenTelemetry)" if attr.reused else "")
+        if attr.renamed_to:
+            stability += f", deprecated: use `{attr.renamed_to}`"
+        brief = attr.brief
+        if attr.deprecation_note:
+            brief += " " + attr.deprecation_note
         lines.append(
-            f"| `{attr.id}` | `{attr.constant}` | {typ} | {attr.stability} | "
-            f"{_md_cell(attr.brief)} | {_md_cell(examples)} |"
+            f"| `{attr.id}` | `{attr.constant}` | {typ} | {stability} | "
+            f"{_md_cell(brief)} | {_md_cell(examples)} |"
         )
     lines.append("")
     return "\n".join(lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -79,6 +80,28 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     return aggregate_main(args.aggregate_args, prog="nvrx-otel aggregate")
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Check identity, configuration, spool and OTLP endpoint; exit 1 if records would be lost."""
+    from nvrx_otel.doctor import render
+    from nvrx_otel.doctor.report import gather
+
+    report = gather(
+        dict(os.environ),  # the environment's settings, not this command's own setup calls
+        spool_dir=args.spool_dir,
+        job_id=args.job_id,
+        otlp_endpoint=args.otlp_endpoint,
+        timeout=args.timeout,
+    )
+    if args.json:
+        sys.stdout.write(orjson.dumps(render.as_json(report), option=orjson.OPT_INDENT_2).decode())
+        sys.stdout.write("\n")
+        for line in report.problems:  # the reasons in words too, one line each
+            print(f"nvrx-otel doctor: {line}", file=sys.stderr)
+    else:
+        sys.stdout.write(render.text(report))
+    return report.status
+
+
 def cmd_lnav_install(args: argparse.Namespace) -> int:
     """Install lnav formats for the node log and LogFlow's run file (see its --help)."""
     from nvrx_otel.lnav import main as lnav_main
@@ -103,6 +126,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--strict", action="store_true", help="fail on a malformed variable instead of ignoring it"
     )
     ident.set_defaults(func=cmd_identity)
+
+    doctor = sub.add_parser("doctor", help=cmd_doctor.__doc__)
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument("--spool-dir", help="the spool root (default: $NVRX_NODE_LOCAL_TMPDIR)")
+    doctor.add_argument("--job-id", help="the job whose spool directory to look at")
+    doctor.add_argument("--otlp-endpoint", help="OTLP base URL, as the aggregator's flag")
+    doctor.add_argument(
+        "--timeout", type=float, default=3.0, help="seconds to wait for an endpoint (default 3)"
+    )
+    doctor.set_defaults(func=cmd_doctor)
 
     # Parsed by the aggregator's own parser: main() hands it everything after the name.
     agg = sub.add_parser("aggregate", help=cmd_aggregate.__doc__, add_help=False)

@@ -31,6 +31,7 @@ from nvrx_otel.envparse import parse_nonneg_float as parse_nonneg_float
 from nvrx_otel.envparse import parse_nonneg_int as parse_nonneg_int
 from nvrx_otel.envparse import parse_path as parse_path
 from nvrx_otel.envparse import parse_positive_int as parse_positive_int
+from nvrx_otel.envparse import parse_tags as parse_tags
 from nvrx_otel.envparse import parse_text as parse_text
 from nvrx_otel.envparse import read as read
 from nvrx_otel.envparse import warn_once as warn_once
@@ -87,6 +88,18 @@ NODE_ID: Final = Setting(
     None,
     """Node id used in node-log names and records. Default: the host name. Lets tests and
 containers name nodes explicitly.""",
+)
+
+NVRX_OTEL_RUN_TAGS: Final = "NVRX_OTEL_RUN_TAGS"
+RUN_TAGS: Final = Setting(
+    NVRX_OTEL_RUN_TAGS,
+    parse_tags,
+    None,
+    """Run tags, ``key=value`` pairs separated by commas (values percent-encoded as in
+OTEL_RESOURCE_ATTRIBUTES): ``experiment`` and ``run_id`` become ``nv.nvrx.run.experiment``
+and ``nv.nvrx.run.id``, any other key ``nv.nvrx.run.tag.<key>``, resource attributes of
+every record and span. ``nvrx_otel.set_run_tags`` sets it for the process and its
+children. Default: unset (no run tags).""",
 )
 
 NVRX_OTEL_DISABLED: Final = "NVRX_OTEL_DISABLED"
@@ -235,7 +248,16 @@ from nvrx_otel.envexternal import MPI_LOCALRANKID as MPI_LOCALRANKID
 from nvrx_otel.envexternal import NO_COLOR as NO_COLOR
 from nvrx_otel.envexternal import NODE_RANK as NODE_RANK
 from nvrx_otel.envexternal import NVRX_OTEL_LOGFLOW_PARENT as NVRX_OTEL_LOGFLOW_PARENT
+from nvrx_otel.envexternal import NVRX_OTEL_LOGURU_COMPRESSION as NVRX_OTEL_LOGURU_COMPRESSION
 from nvrx_otel.envexternal import NVRX_OTEL_LOGURU_DIAGNOSE as NVRX_OTEL_LOGURU_DIAGNOSE
+from nvrx_otel.envexternal import NVRX_OTEL_LOGURU_FILE_FORMAT as NVRX_OTEL_LOGURU_FILE_FORMAT
+from nvrx_otel.envexternal import NVRX_OTEL_LOGURU_FILE_PER as NVRX_OTEL_LOGURU_FILE_PER
+from nvrx_otel.envexternal import NVRX_OTEL_LOGURU_RELOAD_ACTION as NVRX_OTEL_LOGURU_RELOAD_ACTION
+from nvrx_otel.envexternal import NVRX_OTEL_LOGURU_RELOAD_SIGNAL as NVRX_OTEL_LOGURU_RELOAD_SIGNAL
+from nvrx_otel.envexternal import (
+    NVRX_OTEL_LOGURU_ROTATION_INTERVAL as NVRX_OTEL_LOGURU_ROTATION_INTERVAL,
+)
+from nvrx_otel.envexternal import NVRX_OTEL_LOGURU_ROTATION_SIZE as NVRX_OTEL_LOGURU_ROTATION_SIZE
 from nvrx_otel.envexternal import OMPI_COMM_WORLD_LOCAL_RANK as OMPI_COMM_WORLD_LOCAL_RANK
 from nvrx_otel.envexternal import OMPI_COMM_WORLD_LOCAL_SIZE as OMPI_COMM_WORLD_LOCAL_SIZE
 from nvrx_otel.envexternal import OMPI_COMM_WORLD_RANK as OMPI_COMM_WORLD_RANK
@@ -253,6 +275,8 @@ from nvrx_otel.envexternal import OTEL_EXPORTER_OTLP_TIMEOUT as OTEL_EXPORTER_OT
 from nvrx_otel.envexternal import (
     OTEL_EXPORTER_OTLP_TRACES_PROTOCOL as OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
 )
+from nvrx_otel.envexternal import OTEL_PYTHON_CONFIGURATOR as OTEL_PYTHON_CONFIGURATOR
+from nvrx_otel.envexternal import OTEL_PYTHON_DISTRO as OTEL_PYTHON_DISTRO
 from nvrx_otel.envexternal import OTEL_RESOURCE_ATTRIBUTES as OTEL_RESOURCE_ATTRIBUTES
 from nvrx_otel.envexternal import OTEL_SDK_DISABLED as OTEL_SDK_DISABLED
 from nvrx_otel.envexternal import OTEL_SERVICE_NAME as OTEL_SERVICE_NAME

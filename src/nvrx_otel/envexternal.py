@@ -98,6 +98,65 @@ Setting(
     """Boolean: loguru's ``diagnose`` (local variable values, secrets included, written next to
 tracebacks in the run file and on the console). Default: false.""",
 )
+NVRX_OTEL_LOGURU_FILE_PER: Final = "NVRX_OTEL_LOGURU_FILE_PER"
+Setting(
+    NVRX_OTEL_LOGURU_FILE_PER,
+    parse_text,
+    None,
+    """``rank`` or ``worker``: with ``worker``, every process other than a rank's main
+process (dataloader workers, spawned or forked children) writes its own run file
+``<script>[.rank<N>].worker<pid>.log``. Default: rank.""",
+)
+NVRX_OTEL_LOGURU_FILE_FORMAT: Final = "NVRX_OTEL_LOGURU_FILE_FORMAT"
+Setting(
+    NVRX_OTEL_LOGURU_FILE_FORMAT,
+    parse_text,
+    None,
+    """``text`` (LogFlow's line) or ``json`` (one JSON object per line) for the run file.
+Default: text.""",
+)
+NVRX_OTEL_LOGURU_ROTATION_SIZE: Final = "NVRX_OTEL_LOGURU_ROTATION_SIZE"
+Setting(
+    NVRX_OTEL_LOGURU_ROTATION_SIZE,
+    parse_text,
+    None,
+    """Archive the run file while running once it reaches this size (``100 MB``, ``512 KB``,
+``2 GB``, bytes without a unit). Default: unset, no rotation by size.""",
+)
+NVRX_OTEL_LOGURU_ROTATION_INTERVAL: Final = "NVRX_OTEL_LOGURU_ROTATION_INTERVAL"
+Setting(
+    NVRX_OTEL_LOGURU_ROTATION_INTERVAL,
+    parse_text,
+    None,
+    """Archive the run file while running once it is this old (``30 s``, ``15 min``, ``6 h``,
+``1 d``). Default: unset, no rotation by time.""",
+)
+NVRX_OTEL_LOGURU_COMPRESSION: Final = "NVRX_OTEL_LOGURU_COMPRESSION"
+Setting(
+    NVRX_OTEL_LOGURU_COMPRESSION,
+    parse_text,
+    None,
+    """``gz`` or ``none``: compress the run file's archives with gzip. Default: none.""",
+)
+NVRX_OTEL_LOGURU_RELOAD_SIGNAL: Final = "NVRX_OTEL_LOGURU_RELOAD_SIGNAL"
+Setting(
+    NVRX_OTEL_LOGURU_RELOAD_SIGNAL,
+    parse_text,
+    None,
+    """A signal name (``SIGHUP``, ``SIGUSR2``, ``SIGRTMIN+3`` ...) that reconfigures the loguru
+front end while running (see ``NVRX_OTEL_LOGURU_RELOAD_ACTION``). Default: unset, off
+(``SIGUSR1`` is Slurm's and Lightning's requeue signal: choose another).""",
+)
+NVRX_OTEL_LOGURU_RELOAD_ACTION: Final = "NVRX_OTEL_LOGURU_RELOAD_ACTION"
+Setting(
+    NVRX_OTEL_LOGURU_RELOAD_ACTION,
+    parse_text,
+    None,
+    """What the reload signal does: ``debug`` toggles the file and console levels between
+DEBUG and the configured ones; ``reload`` reads the configuration files and the
+environment again and applies their levels (``file_level``, ``console_level``,
+``module_levels``). Default: debug.""",
+)
 NVRX_OTEL_LOGFLOW_PARENT: Final = "NVRX_OTEL_LOGFLOW_PARENT"
 Setting(
     NVRX_OTEL_LOGFLOW_PARENT,
@@ -335,6 +394,22 @@ Setting(
     """Comma-separated span exporters without a spool: ``otlp``, ``console``, ``none`` or an
 installed exporter entry point (OpenTelemetry); ``none`` also keeps spans out of the spool
 (ids still propagate). Default: ``otlp``.""",
+)
+OTEL_PYTHON_DISTRO: Final = "OTEL_PYTHON_DISTRO"
+Setting(
+    OTEL_PYTHON_DISTRO,
+    parse_text,
+    None,
+    """Distro ``opentelemetry-instrument`` loads (opentelemetry-instrumentation); ``nvrx_otel``
+selects nvrx-otel's. Default: the first installed one.""",
+)
+OTEL_PYTHON_CONFIGURATOR: Final = "OTEL_PYTHON_CONFIGURATOR"
+Setting(
+    OTEL_PYTHON_CONFIGURATOR,
+    parse_text,
+    None,
+    """Configurator ``opentelemetry-instrument`` runs (opentelemetry-instrumentation).
+Default: ``nvrx_otel`` when nvrx-otel's distro is loaded, else the first installed one.""",
 )
 OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 Setting(

@@ -11,11 +11,13 @@ error propagates; on setup paths inside training it is printed once to stderr
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
+from urllib.parse import quote, unquote
 
 T = TypeVar("T")
 D = TypeVar("D")
@@ -94,6 +96,40 @@ def parse_text(name: str, value: str) -> str:
     return v
 
 
+_TAG_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+
+
+def check_tag(name: str, key: str, value: object) -> tuple[str, str]:
+    """One run tag: a key of letters, digits, ``_ . -`` (starting with a letter or ``_``, at
+    most 64) and a value as text without control characters; ``ValueError`` otherwise."""
+    text = str(value)
+    if not _TAG_KEY.match(key):
+        raise ValueError(f"{name}: run tag key {key!r}: expected letters, digits, _ . - (<= 64)")
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise ValueError(f"{name}: run tag {key}={text!r}: control characters are not allowed")
+    return key, text
+
+
+def parse_tags(name: str, value: str) -> tuple[tuple[str, str], ...]:
+    """``key=value`` pairs separated by commas, values percent-decoded (as in
+    ``OTEL_RESOURCE_ATTRIBUTES``); a later key replaces an earlier one."""
+    tags: dict[str, str] = {}
+    for item in value.split(","):
+        if not item.strip():
+            continue
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise ValueError(f"{name}={value!r}: expected key=value pairs separated by commas")
+        k, v = check_tag(name, key.strip(), unquote(text.strip()))
+        tags[k] = v
+    return tuple(tags.items())
+
+
+def format_tags(tags: tuple[tuple[str, str], ...]) -> str:
+    """The text :func:`parse_tags` reads back as ``tags``."""
+    return ",".join(f"{k}={quote(v, safe='')}" for k, v in tags)
+
+
 # --- the table ----------------------------------------------------------------------------
 
 _KINDS: Final[dict[Callable[[str, str], object], str]] = {
@@ -104,6 +140,7 @@ _KINDS: Final[dict[Callable[[str, str], object], str]] = {
     parse_path: "path",
     parse_text: "text",
     parse_any: "text",
+    parse_tags: "key=value list",
 }
 
 SETTINGS: Final[dict[str, Setting[object, object]]] = {}

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Final
@@ -59,6 +60,8 @@ class Identity:
     restart_cycle: int | None
     host_name: str
     pid: int
+    run_tags: tuple[tuple[str, str], ...] = ()
+    """Run tags (``NVRX_OTEL_RUN_TAGS``, :func:`nvrx_otel.set_run_tags`), in order."""
 
     def attributes(self) -> dict[str, AttributeValue]:
         """The resource attributes of this identity (unknown values left out)."""
@@ -76,19 +79,40 @@ class Identity:
             (semconv.RESTART_CYCLE, self.restart_cycle),
             (semconv.HOST_NAME, self.host_name),
             (semconv.PROCESS_PID, self.pid),
-            (semconv.SERVICE_INSTANCE_ID, f"{self.job_id or 'nojob'}/{self.node_id}/{self.pid}"),
+            (semconv.SERVICE_INSTANCE_ID, instance_id()),
         ]
+        pairs += [(run_tag_key(k), v) for k, v in self.run_tags]
         return {k: v for k, v in pairs if v is not None}
 
     def resource(self) -> Resource:
         """An OTel Resource: the SDK defaults, OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
-        merged as the SDK does, with the identity attributes taking precedence.
+        merged as the SDK does, with the identity attributes taking precedence, and the
+        schema URL of the semantic conventions they follow.
 
         The SDK's resources module (and the ~15 modules it imports) is loaded here, by
         tracing setup and the aggregator, not by a rank that only logs."""
         from opentelemetry.sdk.resources import Resource
 
-        return Resource.create(self.attributes())
+        return Resource.create(self.attributes(), schema_url=semconv.SCHEMA_URL)
+
+
+_instance_id = str(uuid.uuid4())
+
+
+def instance_id() -> str:
+    """This process's ``service.instance.id``: a random (version 4) UUID, as the semantic
+    conventions recommend, made once per process (a forked child makes its own in its fork
+    hook). Job, node and pid are attributes of their own."""
+    return _instance_id
+
+
+_RUN_TAG_KEYS: Final = {"experiment": semconv.RUN_EXPERIMENT, "run_id": semconv.RUN_ID}
+
+
+def run_tag_key(key: str) -> str:
+    """The attribute key of run tag ``key``: ``experiment`` and ``run_id`` have their own,
+    any other is ``nv.nvrx.run.tag.<key>``."""
+    return _RUN_TAG_KEYS.get(key) or f"{semconv.RUN_TAG}.{key}"
 
 
 _OVERRIDABLE = frozenset(f.name for f in fields(Identity)) - {"pid", "host_name"}
@@ -225,6 +249,7 @@ def resolve(
         restart_cycle=_int(e, env.TORCHELASTIC_RESTART_COUNT, strict),
         host_name=host,
         pid=os.getpid() if pid is None else pid,
+        run_tags=env.RUN_TAGS.get(e, strict=strict, consequence="no run tags") or (),
     )
     unknown = set(overrides) - _OVERRIDABLE
     if unknown:
@@ -292,9 +317,10 @@ def clear_identity() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _cached
+    global _lock, _cached, _instance_id
     _lock = threading.Lock()
     _cached = None
+    _instance_id = str(uuid.uuid4())
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -64,7 +64,7 @@ class LogRecord(Identity, total=False):
     pid: int
     tid: int  # thread id
     tn: str  # thread name
-    key: str  # nv.nvrx.record.key: "<writer>-<seq hex>", see seq_of
+    key: str  # log.record.uid: "<writer>-<seq hex>", see seq_of
     trace_id: str  # 32 lowercase hex, present inside a valid span
     span_id: str  # 16 lowercase hex
     tf: int  # trace flags
@@ -99,6 +99,7 @@ class SpanRecord(Identity, total=False):
     trace_id: str
     span_id: str
     parent_id: str | None
+    parent_remote: bool  # true when the parent is another process's (TRACEPARENT)
     tf: int
     name: str
     scope: str  # the tracer's name
@@ -163,6 +164,7 @@ _FIELD_TYPES: Final[dict[str, type]] = {
     "max": _INT,
     # spans
     "parent_id": _STR,
+    "parent_remote": bool,
     "name": _STR,
     "scope": _STR,
     "scope_v": _STR,

@@ -12,6 +12,9 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Final
 
+SCHEMA_URL: Final = "https://opentelemetry.io/schemas/1.44.0"
+"""Schema URL of the OpenTelemetry semantic-conventions release the attributes follow (the ``schema_url`` of resources and instrumentation scopes)."""
+
 # --- span groups (instrumentation scopes) ---------------------------------------------
 
 SPAN_GROUP_CKPT: Final = "nv.nvrx.ckpt"
@@ -71,14 +74,20 @@ JOB_ID: Final = "nv.nvrx.job.id"
 NODE_ID: Final = "nv.nvrx.node.id"
 """Node identifier used in node log names and records (NVRX_OTEL_NODE_ID, else the host name)."""
 
-PROCESS_NAME: Final = "nv.nvrx.process.name"
-"""Role name of the process as given by the caller (NVRx's node_local_tmp_prefix), e.g. the launcher or a monitor."""
-
 RECORD_KEY: Final = "nv.nvrx.record.key"
-"""Per-record de-duplication key, the writer's random 64-bit id and its sequence number as `<16 hex>-<hex seq>`; unique per record and stable across re-delivery."""
+"""Per-record de-duplication key, the same value as log.record.uid. Deprecated: use ``log.record.uid``. Emitted with the same value as log.record.uid until the next release, then no more."""
 
 RESTART_CYCLE: Final = "nv.nvrx.restart.cycle"
 """Restart cycle of the job, 0 for the first run (TORCHELASTIC_RESTART_COUNT, or the fault-tolerance launcher's cycle)."""
+
+RUN_EXPERIMENT: Final = "nv.nvrx.run.experiment"
+"""Experiment the run belongs to (run tag experiment)."""
+
+RUN_ID: Final = "nv.nvrx.run.id"
+"""Identifier of the run (run tag run_id)."""
+
+RUN_TAG: Final = "nv.nvrx.run.tag"
+"""Prefix of every other run tag, as nv.nvrx.run.tag.<key> (run tag <key>=<value>)."""
 
 SPAN_TRUNCATED: Final = "nv.nvrx.span.truncated"
 """True on a span the aggregator ended because its writer died before ending it."""
@@ -99,52 +108,46 @@ WORKLOAD_WORLD_SIZE: Final = "nv.nvrx.workload.world_size"
 """Number of workload processes in the job (WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE)."""
 
 CODE_FILE_PATH: Final = "code.file.path"
-"""Source file of the logging call."""
+"""Source file of the logging call. (OpenTelemetry, stable)"""
 
 CODE_FUNCTION_NAME: Final = "code.function.name"
-"""Function of the logging call."""
+"""Function of the logging call. (OpenTelemetry, stable)"""
 
 CODE_LINE_NUMBER: Final = "code.line.number"
-"""Line number of the logging call."""
+"""Line number of the logging call. (OpenTelemetry, stable)"""
 
 ERROR_TYPE: Final = "error.type"
-"""Class of error an operation ended with."""
+"""Class of error an operation ended with. (OpenTelemetry, stable)"""
 
 EXCEPTION_MESSAGE: Final = "exception.message"
-"""Message of the exception."""
+"""Message of the exception. (OpenTelemetry, stable)"""
 
 EXCEPTION_STACKTRACE: Final = "exception.stacktrace"
-"""Stack trace of the exception as text."""
+"""Stack trace of the exception as text. (OpenTelemetry, stable)"""
 
 EXCEPTION_TYPE: Final = "exception.type"
-"""Type of the exception."""
+"""Type of the exception. (OpenTelemetry, stable)"""
 
 HOST_NAME: Final = "host.name"
-"""Host name of the machine."""
+"""Host name of the machine. (OpenTelemetry, development)"""
 
-LOGGER_NAME: Final = "log.logger.name"
-"""Name of the logger that produced a record (the logger name attribute of the OTel logging bridge)."""
-
-PROCESS_PARENT_PID: Final = "process.parent_pid"
-"""Parent process identifier."""
+LOG_RECORD_UID: Final = "log.record.uid"
+"""Per-record de-duplication key, the writer's random 64-bit id and its sequence number as `<16 hex>-<hex seq>`; unique per record and the same on re-delivery. (OpenTelemetry, development)"""
 
 PROCESS_PID: Final = "process.pid"
-"""Process identifier."""
+"""Process identifier. (OpenTelemetry, development)"""
 
 SERVICE_INSTANCE_ID: Final = "service.instance.id"
-"""Unique id of this service instance (one per process)."""
+"""A random UUID (version 4) per process; job, node and pid are in nv.nvrx.job.id, nv.nvrx.node.id and process.pid. (OpenTelemetry, stable)"""
 
 SERVICE_NAME: Final = "service.name"
-"""Logical name of the service (OTEL_SERVICE_NAME)."""
-
-SERVICE_VERSION: Final = "service.version"
-"""Version of the service."""
+"""Logical name of the service (OTEL_SERVICE_NAME; the OpenTelemetry SDK's resource sets it). (OpenTelemetry, stable)"""
 
 THREAD_ID: Final = "thread.id"
-"""Current thread id."""
+"""Current thread id. (OpenTelemetry, development)"""
 
 THREAD_NAME: Final = "thread.name"
-"""Current thread name."""
+"""Current thread name. (OpenTelemetry, development)"""
 
 
 class DropReasonValues(str, Enum):

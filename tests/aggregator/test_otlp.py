@@ -91,8 +91,10 @@ def test_encoding_decodes_with_opentelemetry_proto() -> None:
     assert (lr.severity_number, lr.severity_text) == (10, "SUCCESS")  # SUCCESS -> INFO2
     attrs = {kv.key: any_value(kv.value) for kv in lr.attributes}
     assert attrs[semconv.CODE_FILE_PATH] == "/x/train.py" and attrs[semconv.CODE_LINE_NUMBER] == 7
-    assert attrs[semconv.RECORD_KEY] == "ab-1" and attrs[semconv.EXCEPTION_TYPE] == "ValueError"
-    assert attrs["tags"] == ["a"] and attrs[semconv.LOGGER_NAME] == "app"
+    assert attrs[semconv.LOG_RECORD_UID] == "ab-1" and attrs[semconv.EXCEPTION_TYPE] == "ValueError"
+    assert attrs[semconv.RECORD_KEY] == "ab-1"  # the deprecated alias, for one release
+    assert attrs["tags"] == ["a"] and "log.logger.name" not in attrs  # the scope names it
+    assert rl.schema_url == rl.scope_logs[0].schema_url == semconv.SCHEMA_URL
     assert lr.trace_id.hex() == record["trace_id"] and lr.span_id.hex() == record["span_id"]
     span = {"k": "span_end", "ts": 20, "start": 10, "trace_id": record["trace_id"],
             "span_id": "00f067aa0ba902b7", "parent_id": "b7ad6b7169203331", "name": "n",
@@ -103,6 +105,9 @@ def test_encoding_decodes_with_opentelemetry_proto() -> None:
     sp = treq.resource_spans[0].scope_spans[0].spans[0]
     assert (sp.start_time_unix_nano, sp.end_time_unix_nano, sp.kind) == (10, 20, 1)
     assert sp.parent_span_id.hex() == "b7ad6b7169203331" and sp.status.code == 2
+    rs = treq.resource_spans[0]
+    assert rs.schema_url == rs.scope_spans[0].schema_url == semconv.SCHEMA_URL
+    assert sp.flags == 0x101  # trace flags 1 (the default), HAS_IS_REMOTE; a local parent
 
 
 def test_job_delivers_logs_and_spans_correlated(tmp_path: Path, receiver: OtlpReceiver) -> None:

@@ -94,6 +94,7 @@ def reference(batch: list[tuple[dict[str, Any], list[dict[str, Any]]]], observed
     for resource, recs in batch:
         rl = req.resource_logs.add()
         rl.resource.SetInParent()
+        rl.schema_url = semconv.SCHEMA_URL
         for key, value in resource.items():
             kv = rl.resource.attributes.add()
             kv.key = key
@@ -105,13 +106,13 @@ def reference(batch: list[tuple[dict[str, Any], list[dict[str, Any]]]], observed
                 sl = scopes[r.get("lg", "")] = rl.scope_logs.add()
                 sl.scope.name = r.get("lg", "")
                 sl.scope.SetInParent()
+                sl.schema_url = semconv.SCHEMA_URL
             lr = scopes[r.get("lg", "")].log_records.add()
             lr.time_unix_nano = r["ts"]
             lr.observed_time_unix_nano = observed
             lr.severity_number = r.get("sev") or severity_of_name(r.get("lvl"))
             lr.severity_text = r.get("lvl", "")
             lr.body.string_value = r.get("msg", "")
-            _attr(lr, semconv.LOGGER_NAME, r.get("lg", ""))
             for key, name in (
                 (semconv.CODE_FILE_PATH, "path"),
                 (semconv.CODE_FUNCTION_NAME, "fn"),
@@ -121,7 +122,8 @@ def reference(batch: list[tuple[dict[str, Any], list[dict[str, Any]]]], observed
             ):
                 if r.get(name) is not None:
                     _attr(lr, key, r[name])
-            _attr(lr, semconv.RECORD_KEY, r.get("key", ""))
+            _attr(lr, semconv.LOG_RECORD_UID, r.get("key", ""))
+            _attr(lr, semconv.RECORD_KEY, r.get("key", ""))  # its alias, for one release
             if "exc_type" in r:
                 _attr(lr, semconv.EXCEPTION_TYPE, r["exc_type"])
                 _attr(lr, semconv.EXCEPTION_MESSAGE, r.get("exc_msg", ""))

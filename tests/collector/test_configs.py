@@ -59,8 +59,8 @@ BROKEN = {
     # A misspelt option.
     "misspelt-key": "exporters:\n  otlp_grpc/gateway:\n    endpiont: 127.0.0.1:1\n",
     # A component type that is not in the distribution.
-    "unknown-type": "receivers:\n  zipkin: {}\nservice:\n  pipelines:\n    logs:\n"
-    "      receivers: [otlp, zipkin]\n",
+    "unknown-type": "receivers:\n  prometheus: {}\nservice:\n  pipelines:\n    logs:\n"
+    "      receivers: [otlp, prometheus]\n",
 }
 
 
@@ -72,7 +72,7 @@ def test_broken_config_fails_validation(collector_bin: Path, tmp_path: Path, cas
     proc = run_validate(collector_bin, ["agent.yaml", overlay])
     assert proc.returncode != 0
     needle = {"missing-exporter": "otlp_grpc/nowhere", "misspelt-key": "endpiont"}.get(
-        case, "zipkin"
+        case, "prometheus"
     )
     assert needle in proc.stderr
 

@@ -157,13 +157,13 @@ def test_filelog_agent_ships_spool_records_and_resumes_after_restart(
     assert (started["severity_number"], started["severity_text"]) == (9, "INFO")
     assert (started["trace_id"], started["span_id"], started["flags"]) == (trace_id, span_id, 1)
     assert started["attributes"] == {
-        semconv.LOGGER_NAME: "train",
         semconv.CODE_FILE_PATH: "/work/train.py",
         semconv.CODE_LINE_NUMBER: 45,
         semconv.CODE_FUNCTION_NAME: "main",
         semconv.THREAD_ID: 140000000000001,
         semconv.THREAD_NAME: "MainThread",
-        semconv.RECORD_KEY: f"{writer.writer_id}-0",
+        semconv.LOG_RECORD_UID: f"{writer.writer_id}-0",
+        semconv.RECORD_KEY: f"{writer.writer_id}-0",  # its deprecated alias, for one release
     }
 
     failed = by_body["step failed"]
@@ -190,6 +190,7 @@ def test_filelog_agent_ships_spool_records_and_resumes_after_restart(
         semconv.DROP_RANK: 0,
         semconv.DROP_PID: pid,
         semconv.DROP_REASON: "budget",
+        semconv.LOG_RECORD_UID: f"{writer.writer_id}-3",
         semconv.RECORD_KEY: f"{writer.writer_id}-3",
     }
 

@@ -359,3 +359,28 @@ def test_an_exception_inside_the_spool_handler_is_counted_dropped(
     h.writer.close()
     assert [r["msg"] for r in log_records(tmp_path)] == ["kept"]
     assert _dropped(tmp_path) == 1
+
+
+def test_root_logger_bridge_spools_library_records(tmp_path: Path) -> None:
+    """``setup_root_logger`` (the opentelemetry-instrument path) gives the root logger the
+    handler setup_logger uses; a repeated call replaces it, others' handlers stay."""
+    from nvrx_otel.logging.setup import setup_root_logger
+
+    root = logging.getLogger()
+    foreign = logging.NullHandler()
+    level = root.level
+    root.addHandler(foreign)
+    try:
+        setup_root_logger(str(tmp_path))
+        setup_root_logger(str(tmp_path))
+        ours = [h for h in root.handlers if isinstance(h, SpoolHandler)]
+        assert len(ours) == 1 and foreign in root.handlers and root.level == logging.INFO
+        logging.getLogger("some.library").info("from a library")
+        logging.getLogger("some.library").debug("below the level")
+        (r,) = log_records(tmp_path)
+        assert (r["lg"], r["msg"]) == ("some.library", "from a library")
+    finally:
+        for h in [h for h in root.handlers if isinstance(h, SpoolHandler)] + [foreign]:
+            root.removeHandler(h)
+            h.close()
+        root.setLevel(level)

@@ -259,3 +259,26 @@ def test_a_vanished_spool_never_raises(tmp_path: Path) -> None:
     with tracer.start_as_current_span("second") as span:  # written to a deleted file or dropped
         span.set_attribute("k", 1)
     assert not span.is_recording()
+
+
+def test_a_parent_through_traceparent_is_marked_remote_and_encoded_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A root span under the launcher's TRACEPARENT has a remote parent; its child has a
+    local one. The OTLP span flags say so as the SDK's encoder does (HAS_IS_REMOTE always,
+    IS_REMOTE for a remote parent), next to the trace flags."""
+    from nvrx_otel.aggregator.otlp_encode import encode_spans
+
+    monkeypatch.setenv("TRACEPARENT", f"00-{'12' * 16}-{'34' * 8}-01")
+    setup_tracing(spool_dir=tmp_path)
+    tracer = trace.get_tracer("t")
+    with tracer.start_as_current_span("root"), tracer.start_as_current_span("child"):
+        pass
+    ends = {r["name"]: r for r in spans(tmp_path, "span_end")}
+    assert ends["root"]["parent_id"] == "34" * 8 and ends["root"]["parent_remote"] is True
+    assert "parent_remote" not in ends["child"]
+    for r in ends.values():
+        assert rec.valid(r)
+    (rs,) = encode_spans([({}, list(ends.values()))]).resource_spans
+    flags = {s.name: s.flags for ss in rs.scope_spans for s in ss.spans}
+    assert flags == {"root": 0x301, "child": 0x101}

@@ -177,3 +177,27 @@ def test_spool_spans_off_sends_spans_to_exporters_while_logs_still_spool(
     (record,) = log_records(tmp_path)
     assert record["span_id"] == format(span.context.span_id, "016x")
     assert not [r for r in read_spool(tmp_path) if r["k"].startswith("span")]
+
+
+def test_sdk_spans_carry_schema_urls_and_remote_parent_flags(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The SDK path: resource and scope carry the semantic conventions' schema URL; the SDK's
+    own encoder marks the TRACEPARENT parent remote (the spool path's encoder matches it)."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from nvrx_otel.semconv import SCHEMA_URL
+
+    monkeypatch.setenv("TRACEPARENT", f"00-{'12' * 16}-{'34' * 8}-01")
+    exporter = InMemorySpanExporter()
+    provider = setup_tracing(exporters=[exporter])
+    with ft_span("cycle", cycle=0):
+        pass
+    provider.force_flush()
+    (span,) = exporter.get_finished_spans()
+    assert span.resource.schema_url == SCHEMA_URL
+    assert span.instrumentation_scope is not None
+    assert span.instrumentation_scope.schema_url == SCHEMA_URL
+    (rs,) = encode_spans([span]).resource_spans
+    assert rs.schema_url == rs.scope_spans[0].schema_url == SCHEMA_URL
+    assert rs.scope_spans[0].spans[0].flags == 0x300

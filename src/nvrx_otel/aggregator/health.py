@@ -172,20 +172,14 @@ class Health:
         for entry in entries:
             if entry.name == own.name or not entry.is_dir(follow_symlinks=False):
                 continue
-            files = size = 0
-            try:
-                for sub in os.scandir(entry.path):
-                    if parse_name(sub.name) is not None:
-                        files += 1
-                        size += sub.stat(follow_symlinks=False).st_size
-            except OSError:
+            counted = spool_files_in(entry.path)
+            if counted is None or not counted[0]:
                 continue
-            if not files:
-                continue
+            files, size = counted
             seen = self.other_jobs.get(entry.path)
             self.other_jobs[entry.path] = (files, size)
             grew = not first_scan if seen is None else (files > seen[0] or size > seen[1])
-            if grew and entry.path not in self.receiving and not _served(Path(entry.path)):
+            if grew and entry.path not in self.receiving and not served(Path(entry.path)):
                 self.receiving.add(entry.path)
                 none = ", which has received none so far" if self.written == 0 else ""
                 held = f"{plural(files, 'spool file')}, {human_bytes(size)}"
@@ -203,12 +197,25 @@ class Health:
         return found
 
 
+def spool_files_in(path: str) -> tuple[int, int] | None:
+    """How many spool files ``path`` holds and their bytes (None when it cannot be listed)."""
+    files = size = 0
+    try:
+        for sub in os.scandir(path):
+            if parse_name(sub.name) is not None:
+                files += 1
+                size += sub.stat(follow_symlinks=False).st_size
+    except OSError:
+        return None
+    return files, size
+
+
 def plural(n: int, noun: str) -> str:
     """``1 writer``, ``2 writers``."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _served(job_dir: Path) -> bool:
+def served(job_dir: Path) -> bool:
     """Whether a running aggregator serves ``job_dir`` (its lock file names a live
     process; the lock itself is never touched: taking it would stop that one starting)."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # no FIFO, no link

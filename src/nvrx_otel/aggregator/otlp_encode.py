@@ -27,6 +27,8 @@ Batch = Sequence[tuple[Mapping[str, Any], list[Record]]]
 """Records grouped by their writer's resource attributes (the header's ``res``)."""
 
 _fromhex = bytes.fromhex
+_HAS_IS_REMOTE = 0x100  # SpanFlags: SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+_IS_REMOTE = 0x200  # SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 _ID_FIELDS = frozenset({"traceId", "spanId", "parentSpanId"})
 
 
@@ -86,7 +88,10 @@ def _fill_span(span: Span, r: Record, *, truncated_at: int | None = None) -> Non
     parent = r.get("parent_id")
     if parent:
         span.parent_span_id = _fromhex(parent)
-    span.flags = r.get("tf", 1) & 0xFF
+    # the trace flags, and whether the parent is remote, as the SDK's encoder says it
+    span.flags = (r.get("tf", 1) & 0xFF) | (
+        _HAS_IS_REMOTE | _IS_REMOTE if r.get("parent_remote") else _HAS_IS_REMOTE
+    )
     span.name = r.get("name", "")
     kind: int = r.get("kind", 0)
     span.kind = kind + 1  # type: ignore[assignment]  # API SpanKind 0..4 -> OTLP 1..5
@@ -138,6 +143,7 @@ def encode_spans(
     for resource, items in groups:
         rs = req.resource_spans.add()
         fill_attributes(rs.resource.attributes, resource)
+        rs.schema_url = semconv.SCHEMA_URL
         scopes: dict[tuple[str, str], Any] = {}
         for r, truncated_at in items:
             key = (r.get("scope", ""), r.get("scope_v", ""))
@@ -145,6 +151,7 @@ def encode_spans(
             if ss is None:
                 ss = scopes[key] = rs.scope_spans.add()
                 ss.scope.name = key[0]
+                ss.schema_url = semconv.SCHEMA_URL
                 if key[1]:
                     ss.scope.version = key[1]
             _fill_span(ss.spans.add(), r, truncated_at=truncated_at)

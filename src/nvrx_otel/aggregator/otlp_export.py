@@ -16,7 +16,7 @@ it reaches the node log's position it takes the batches again. That second read 
 only while it lags. Cursors hold no descriptor: a catch-up opens a file for one read.
 Cursors, open spans and reports not yet sent are committed with the aggregator's state, so
 a restart (even after ``kill -9``) resumes without losing anything or a report of a loss
-(it may send a batch twice; ``nv.nvrx.record.key`` removes such duplicates downstream).
+(it may send a batch twice; ``log.record.uid`` removes such duplicates downstream).
 
 Under spool-budget pressure of a *live* writer (one whose files kept only for OTLP would
 soon make it drop new records) the oldest such file is skipped here and the skip is

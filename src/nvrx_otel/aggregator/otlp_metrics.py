@@ -47,7 +47,7 @@ class HealthMetrics:
         self._read = read
         self._cache: dict[str, float] = {}
         self._cache_at = 0.0
-        meter = self._provider.get_meter("nvrx_otel.aggregator")
+        meter = self._provider.get_meter("nvrx_otel.aggregator", schema_url=semconv.SCHEMA_URL)
         for name, kind, unit, key, brief in (
             (semconv.METRIC_AGGREGATOR_RECORDS, "counter", "{record}", "records", "written"),
             (semconv.METRIC_AGGREGATOR_DROPPED, "counter", "{record}", "dropped", "dropped"),

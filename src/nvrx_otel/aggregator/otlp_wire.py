@@ -52,6 +52,7 @@ _T_ITEMS: Final = 0x12  # ScopeLogs.log_records, ResourceLogs.scope_logs
 _T_NAME: Final = 0x0A  # InstrumentationScope.name
 _T_RES_ATTR: Final = 0x0A  # Resource.attributes
 _T_REQ: Final = 0x0A  # ExportLogsServiceRequest.resource_logs
+_T_SCHEMA_URL: Final = 0x1A  # ScopeLogs.schema_url, ResourceLogs.schema_url
 
 _SMALL: Final = [bytes((n,)) for n in range(128)]
 _TRUE: Final = bytes((_T_ANY_BOOL, 1))
@@ -129,15 +130,24 @@ class LogsEncoder:
 
     def __init__(self) -> None:
         self._shared: dict[tuple[Any, ...], bytes] = {}
-        self._key_prefix = field(_T_KV_KEY, semconv.RECORD_KEY.encode())
-        # the record key's attribute up to the key's bytes, per key length (one byte each)
-        prefix = self._key_prefix
+        # The record's key goes out twice: as log.record.uid and, for one release, as its
+        # deprecated alias nv.nvrx.record.key (semconv.RECORD_KEY).
+        self._key_names = (
+            field(_T_KV_KEY, semconv.LOG_RECORD_UID.encode()),
+            field(_T_KV_KEY, semconv.RECORD_KEY.encode()),
+        )
+        longest = max(map(len, self._key_names))
+        # each key attribute up to the key's bytes, per key length (one-byte lengths)
         self._key_heads = [
-            bytes((_T_LR_ATTR, len(prefix) + 4 + k)) + prefix + bytes((_T_KV_VALUE, k + 2, 0x0A, k))
-            for k in range(124 - len(prefix))
+            [
+                bytes((_T_LR_ATTR, len(name) + 4 + k)) + name + bytes((_T_KV_VALUE, k + 2, 0x0A, k))
+                for k in range(124 - longest)
+            ]
+            for name in self._key_names
         ]
-        # an item's bytes besides its call site's, its message's and its key's
-        self._fixed = 9 + 4 + len(self._key_heads[0])
+        # an item's bytes besides its call site's, its message's and its key's (twice)
+        self._fixed = 9 + 4 + sum(len(heads[0]) for heads in self._key_heads)
+        self._schema = field(_T_SCHEMA_URL, semconv.SCHEMA_URL.encode())
 
     def _serialize_shared(self, r: Record) -> bytes:
         """Severity, severity text and the call site's attributes (code line included)."""
@@ -149,7 +159,7 @@ class LogsEncoder:
             out += _SMALL[_T_LR_SEVERITY] + varint(number)
         if lvl:
             out += field(_T_LR_SEVERITY_TEXT, str(lvl).encode("utf-8", "replace"))
-        attrs: dict[str, Any] = {semconv.LOGGER_NAME: r.get("lg", "")}
+        attrs: dict[str, Any] = {}  # the logger name is the scope's name, not an attribute
         for key, name in (
             (semconv.CODE_FILE_PATH, "path"),
             (semconv.CODE_FUNCTION_NAME, "fn"),
@@ -186,11 +196,13 @@ class LogsEncoder:
         else:
             body = field(_T_LR_BODY, field(_T_ANY_STRING, msg))
             kv = field(_T_KV_VALUE, field(_T_ANY_STRING, key))
+        uid, alias = self._key_names
         parts = [
             _times(0x09, r["ts"], 0x59, observed_ns),
             shared,
             body,
-            field(_T_LR_ATTR, self._key_prefix + kv),
+            field(_T_LR_ATTR, uid + kv),
+            field(_T_LR_ATTR, alias + kv),
         ]
         if "exc_type" in r:
             parts.append(field(_T_LR_ATTR, key_value(semconv.EXCEPTION_TYPE, r["exc_type"])))
@@ -224,8 +236,9 @@ class LogsEncoder:
         stamp = _stamp
         fixed = self._fixed
         bodies = _BODY_HEADS
-        keys = self._key_heads
+        keys, aliases = self._key_heads
         heads = _ITEM_HEADS
+        schema = self._schema
         join = b"".join
         for resource, records in batch:
             scopes: dict[str, list[bytes]] = {}
@@ -252,9 +265,8 @@ class LogsEncoder:
                             items = scopes[logger] = []
                         at = sites[site] = (items, observed + shared)
                     items, prefix = at
-                    size = fixed + len(prefix) + len(msg) + len(key)
+                    size = fixed + len(prefix) + len(msg) + 2 * len(key)
                     if size < len(heads):
-                        k = keys[len(key)]
                         items.append(
                             join(
                                 (
@@ -263,7 +275,9 @@ class LogsEncoder:
                                     prefix,
                                     bodies[len(msg)],
                                     msg,
-                                    k,
+                                    keys[len(key)],
+                                    key,
+                                    aliases[len(key)],
                                     key,
                                 )
                             )
@@ -279,11 +293,14 @@ class LogsEncoder:
             size = len(body[0])
             for logger, items in scopes.items():
                 scope = field(_T_SCOPE, field(_T_NAME, logger.encode("utf-8", "replace")))
-                n = len(scope) + sum(map(len, items))
+                n = len(scope) + sum(map(len, items)) + len(schema)
                 head = _SMALL[_T_ITEMS] + varint(n)
                 body += (head, scope)
                 body += items
+                body.append(schema)  # ScopeLogs.schema_url
                 size += len(head) + n
+            body.append(schema)  # ResourceLogs.schema_url
+            size += len(schema)
             out += (_SMALL[_T_REQ], varint(size))
             out += body
         return b"".join(out)

@@ -91,6 +91,17 @@ def _configure(
     fastpath.uninstall(logger)
     logger.setLevel(LogConfig.get_log_level())
     logger.propagate = False  # as NVRx: ranks must not also print through the root logger
+    handler = _handler(node_local_tmp_dir, node_local_tmp_prefix, log_file)
+    logger.addHandler(_mark(handler))
+    if isinstance(handler, SpoolHandler):
+        fastpath.install(logger, handler)
+    return handler
+
+
+def _handler(
+    node_local_tmp_dir: str | None, node_local_tmp_prefix: str | None, log_file: str | None
+) -> logging.Handler:
+    """The handler of the first mode that applies (see the module docstring)."""
     disabled = env.DISABLED.get()
     root = None if disabled else LogConfig.get_node_local_tmp_dir(node_local_tmp_dir)
     handler: logging.Handler | None = None
@@ -103,9 +114,6 @@ def _configure(
         stream = sys.stdout if LogConfig.get_log_to_stdout_cfg() else sys.stderr
         handler = logging.StreamHandler(stream)
         handler.setFormatter(NodeLineFormatter())
-    logger.addHandler(_mark(handler))
-    if isinstance(handler, SpoolHandler):
-        fastpath.install(logger, handler)
     return handler
 
 
@@ -200,6 +208,37 @@ def setup_logger(
         _current["manager"] = manager
         _current["at"] = time.time()
         return manager.logger
+
+
+def setup_root_logger(node_local_tmp_dir: str | None = None) -> logging.Logger:
+    """Give the stdlib root logger the handler ``setup_logger`` gives ``"nvrx"`` (the
+    node-local spool, else a stream on stderr) and its level, so that code logging with
+    ``logging.getLogger(__name__)`` reaches the node log with no setup of its own (the
+    ``opentelemetry-instrument`` path). Handlers others added to the root stay; a repeated
+    call replaces only the one it added. Never raises: a failure is reported once on
+    stderr and the root logger is left as it was."""
+    root = logging.getLogger()
+    try:
+        with _setup_lock:
+            for old in [h for h in root.handlers if getattr(h, _OURS, False)]:
+                root.removeHandler(old)
+                old.close()
+            root.setLevel(LogConfig.get_log_level())
+            root.addHandler(_mark(_handler(node_local_tmp_dir, None, None)))
+    except Exception as exc:  # telemetry never raises into training
+        env.warn_once(f"cannot bridge the root logger: {exc!r}; it is left as it was")
+    return root
+
+
+def active_arguments() -> dict[str, str]:
+    """The arguments the last ``setup_logger`` call of this process gave (those not None),
+    for :func:`nvrx_otel.activeconfig.get_active_config`; empty before any call."""
+    settings = _current.get("settings")
+    installed = any(getattr(h, _OURS, False) for h in logging.getLogger(LogConfig.name).handlers)
+    if not settings or not installed:
+        return {}
+    names = ("node_local_tmp_dir", "node_local_tmp_prefix", "log_file")
+    return {n: str(v) for n, v in zip(names, settings[:3], strict=True) if v is not None}
 
 
 def _after_fork_in_child() -> None:

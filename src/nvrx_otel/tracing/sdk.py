@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind
 from opentelemetry.util import types
 
-from nvrx_otel import env
+from nvrx_otel import env, semconv
 from nvrx_otel.identity import get_identity
 from nvrx_otel.tracing.provider import EXIT_TIMEOUT_S, Backend, parent_of
 from nvrx_otel.tracing.sampling import SamplerConfig
@@ -214,7 +214,9 @@ class SdkBackend(Backend):
         key = (tracer.scope, tracer.scope_version)
         sdk_tracer = self._tracers.get(key)
         if sdk_tracer is None:
-            sdk_tracer = self._tracers[key] = self.sdk_provider.get_tracer(*key)
+            sdk_tracer = self._tracers[key] = self.sdk_provider.get_tracer(
+                *key, schema_url=semconv.SCHEMA_URL
+            )
         if self._env_context is not None and parent_of(context) is None:
             assert self.env_parent is not None
             context = trace.set_span_in_context(NonRecordingSpan(self.env_parent), context)

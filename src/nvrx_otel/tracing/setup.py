@@ -153,6 +153,17 @@ def _install_globally(provider: NvrxTracerProvider) -> None:
     )
 
 
+def active_arguments() -> dict[str, str]:
+    """The arguments the last ``setup_tracing`` call of this process gave (those not None),
+    for :func:`nvrx_otel.activeconfig.get_active_config`; empty before any call."""
+    settings = _state.get("settings")
+    if not settings:
+        return {}
+    spool_dir, proc, exporters = settings[:3]
+    given = {"spool_dir": spool_dir, "proc": proc, "exporters": exporters and "given"}
+    return {n: str(v) for n, v in given.items() if v is not None}
+
+
 def reset_tracing() -> None:
     """Test hook: shut tracing down and forget the global tracer provider, so that the
     next ``setup_tracing()`` (or ``trace.set_tracer_provider``) starts from scratch."""

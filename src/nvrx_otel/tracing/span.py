@@ -202,6 +202,8 @@ class LeanSpan(trace.Span):
         }
         if parent is not None:
             record["parent_id"] = parent.span_id.to_bytes(8, "big").hex()
+            if parent.is_remote:  # e.g. the launcher's span, through TRACEPARENT
+                record["parent_remote"] = True
         if scope[1]:
             record["scope_v"] = scope[1]
         self._rec = record

@@ -12,6 +12,7 @@ unless ``force=True``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -28,8 +29,12 @@ from nvrx_otel.logging.handler import default_spool_dir
 from nvrx_otel.logging.logflow import gate, intercept, queued, ranks, runfile
 from nvrx_otel.logging.logflow.bridge import SpoolBridge, discard
 from nvrx_otel.logging.logflow.console import ConsoleFilter, RichConsoleSink
+from nvrx_otel.logging.logflow.directfile import DirectFile
+from nvrx_otel.logging.logflow.jsonline import json_line
 from nvrx_otel.logging.logflow.levels import CONSOLE, FILE, LevelFilter, ModuleLevels, level_number
-from nvrx_otel.logging.logflow.queued import QueuedFile
+from nvrx_otel.logging.logflow.queued import QueuedFile, encode_text
+from nvrx_otel.logging.logflow.reload import Reloader, Switch, floored
+from nvrx_otel.logging.logflow.runfilewriter import Rotation, RunFile
 from nvrx_otel.logging.logflow.settings import (
     Settings,
     export_for_children,
@@ -62,6 +67,10 @@ class _State:
     owns_run_file: bool = False  # this process rotates and pivots it
     cleared: bool = False  # loguru's handlers were removed on the first configure
     had_default: bool = False  # loguru's default stderr handler was among them
+    arguments: dict[str, Any] = field(default_factory=dict)  # of the call that applied
+    switches: list[tuple[Switch, int, Any]] = field(default_factory=list)  # (filter, sink, ...)
+    reloader: Reloader | None = None
+    applied_levels: Settings | None = None  # what the switches apply now
 
 
 _state = _State()
@@ -80,6 +89,13 @@ def configure_logging(
     *,
     module_levels: dict[str, dict[str, Any]] | None = None,
     diagnose: bool | None = None,
+    file_per: str | None = None,
+    file_format: str | None = None,
+    rotation_size: int | str | None = None,
+    rotation_interval: float | str | None = None,
+    compression: str | None = None,
+    reload_signal: str | None = None,
+    reload_action: str | None = None,
 ) -> None:
     """Configure loguru as LogFlow does, bridged into the node-local spool.
 
@@ -89,6 +105,12 @@ def configure_logging(
     name, DEBUG to the file, INFO to the console, startup rotation keeping 5 archives, no
     enqueue, no diagnose). Raises ``ValueError`` naming the key, the value and where it
     came from for an unknown key or an invalid value.
+
+    Beyond LogFlow (keyword-only, also in the files and ``NVRX_OTEL_LOGURU_*``):
+    ``file_per`` (``rank`` or ``worker``: a file per worker process), ``file_format``
+    (``text`` or ``json``), ``rotation_size`` / ``rotation_interval`` (archive while
+    running), ``compression`` (``gz``), ``reload_signal`` / ``reload_action`` (reconfigure
+    on a signal).
 
     A repeated call applies new settings if the current ones were set implicitly (by
     ``get_logger``) or ``force`` is true; otherwise it warns that they are ignored.
@@ -103,6 +125,13 @@ def configure_logging(
         "enqueue": enqueue,
         "module_levels": module_levels,
         "diagnose": diagnose,
+        "file_per": file_per,
+        "file_format": file_format,
+        "rotation_size": rotation_size,
+        "rotation_interval": rotation_interval,
+        "compression": compression,
+        "reload_signal": reload_signal,
+        "reload_action": reload_action,
     }
     with _lock:
         settings = resolve(arguments)
@@ -112,6 +141,7 @@ def configure_logging(
                 warnings.warn(_ignored(settings, st.settings), UserWarning, stacklevel=2)
             return
         _apply(settings, implicit=False)
+        _state.arguments = {k: v for k, v in arguments.items() if v is not None}
 
 
 def get_logger(name: str | None = None) -> Logger:
@@ -145,6 +175,7 @@ def reset_logging() -> None:
     global _state
     with _lock:
         st = _state
+        _stop_reloader(st)
         _remove_handlers(st)
         gate.uninstall()
         gate.release()
@@ -153,6 +184,12 @@ def reset_logging() -> None:
         if st.had_default:
             logger.add(sys.stderr)
         _state = _State()
+
+
+def active_settings() -> Settings | None:
+    """The settings the loguru front end runs with in this process (each with its source),
+    None while it is not configured."""
+    return _state.settings if _state.configured else None
 
 
 def current_run_file() -> Path | None:
@@ -166,7 +203,9 @@ def current_run_file() -> Path | None:
 def _ignored(new: Settings, old: Settings | None) -> str:
     changed = []
     for key in ("log_dir", "script_name", "file_level", "console_level", "rotation_on_startup",
-                "retention", "enqueue", "diagnose", "module_levels"):  # fmt: skip
+                "retention", "enqueue", "diagnose", "module_levels", "file_per", "file_format",
+                "rotation_size", "rotation_interval", "compression", "reload_signal",
+                "reload_action"):  # fmt: skip
         a, b = getattr(new, key), getattr(old, key, None)
         if a != b:
             changed.append(f"{key}={a!r} (in effect: {b!r})")
@@ -233,7 +272,9 @@ def _prepare_run_file(
     if owner and path != old:
         try:
             if settings.rotation_on_startup:
-                runfile.rotate(path, settings.retention)
+                runfile.rotate(path, settings.retention, settings.compression)
+                if settings.file_per == "worker":
+                    runfile.purge_workers(path, settings.retention)
             start = path.stat().st_size if path.exists() else 0
             if old is not None and st.owns_run_file and old.exists():
                 runfile.move_tail(old, old_start, path)
@@ -256,7 +297,8 @@ def _apply(settings: Settings, *, implicit: bool) -> None:
     script = settings.script_name or runfile.discover_script_name()
     writer = _spool_writer()
     per_rank = runfile.per_rank(writer is not None, log_dir, rank)
-    owner = _rotates(settings, per_rank, writer is not None, rank)
+    worker = settings.file_per == "worker" and not main
+    owner = worker or _rotates(settings, per_rank, writer is not None, rank)
 
     _remove_handlers(st)
     if not st.cleared:
@@ -264,8 +306,12 @@ def _apply(settings: Settings, *, implicit: bool) -> None:
         logger.remove()  # as LogFlow: loguru's default stderr sink would print twice
         st.cleared = True
     path, start = _prepare_run_file(
-        st, runfile.run_file(log_dir, script, rank, per_rank=per_rank), settings, owner
+        st,
+        runfile.run_file(log_dir, script, rank, per_rank=per_rank, worker=pid if worker else None),
+        settings,
+        owner,
     )
+    reloadable = settings.reload_signal is not None and main and not settings.inherited
 
     levels = None
     if settings.module_levels:
@@ -273,29 +319,43 @@ def _apply(settings: Settings, *, implicit: bool) -> None:
     console_floor = levels.floor(CONSOLE) if levels else level_number(settings.console_level)
     file_floor = levels.floor(FILE) if levels else level_number(settings.file_level)
     ids: list[tuple[int, int]] = []  # (handler id, sink)
+    switches: list[tuple[Switch, int, Any]] = []
     if main and (rank is None or rank == 0):
+        console_filter: Any = ConsoleFilter(pid, levels)
+        if reloadable:
+            console_filter = Switch(floored(console_floor, console_filter))
+            switches.append((console_filter, CONSOLE, pid))
         hid = logger.add(
             RichConsoleSink(tag),
-            level=console_floor,
+            level=_handler_level(settings, console_floor) if reloadable else console_floor,
             format="{message}",
-            filter=ConsoleFilter(pid, levels),
+            filter=console_filter,
             colorize=False,
             diagnose=settings.diagnose,
             enqueue=False,
         )
         ids.append((hid, CONSOLE))
     if path is not None:
+        file_filter: Any = LevelFilter(levels, FILE) if levels else None
+        if reloadable:
+            file_filter = Switch(floored(file_floor, file_filter))
+            switches.append((file_filter, FILE, None))
+        json = settings.file_format == "json"
         file_options: dict[str, Any] = {
-            "level": file_floor,
-            "format": FILE_FORMAT.replace("{rank_tag}", tag),
-            "filter": LevelFilter(levels, FILE) if levels else None,
+            "level": _handler_level(settings, file_floor) if reloadable else file_floor,
+            "format": "{message}" if json else FILE_FORMAT.replace("{rank_tag}", tag),
+            "filter": file_filter,
             "colorize": False,
             "diagnose": settings.diagnose,
             "enqueue": False,  # loguru's enqueue deadlocks with fork: see .queued
         }
         try:
-            if settings.enqueue:
-                hid = logger.add(QueuedFile(path), **file_options)
+            own = settings.enqueue or json or settings.file_per == "worker"
+            own = own or settings.rotation_size is not None
+            own = own or settings.rotation_interval is not None
+            if own:  # our own descriptor: rotation, JSON lines, per-worker files
+                sink = _file_sink(settings, path, owner, rank, log_dir, script, per_rank)
+                hid = logger.add(sink, **file_options)
             else:
                 hid = logger.add(str(path), mode="a", encoding="utf-8", **file_options)
             ids.append((hid, FILE))
@@ -303,18 +363,22 @@ def _apply(settings: Settings, *, implicit: bool) -> None:
             env.warn_once(f"cannot open the run file {path}: {exc}; no run file")
             path = None
     if writer is not None:
+        bridge: Any = SpoolBridge(writer, levels)
+        if reloadable:
+            bridge = Switch(floored(file_floor, bridge))
+            switches.append((bridge, -1, writer))
         hid = logger.add(
             discard,
-            level=file_floor,
+            level=_handler_level(settings, file_floor) if reloadable else file_floor,
             format="{message}",
-            filter=SpoolBridge(writer, levels),
+            filter=bridge,
             colorize=False,
             enqueue=False,
         )
         ids.append((hid, FILE))
 
     gate.uninstall()
-    if levels is not None:
+    if levels is not None and not reloadable:  # a reload swaps filters the gate can't see
         for hid, sink in ids:
             gate.register(hid, _threshold(levels, sink, pid), levels.ceiling(sink))
         gate.install()
@@ -332,6 +396,163 @@ def _apply(settings: Settings, *, implicit: bool) -> None:
     st.run_file = path
     st.run_file_start = start
     st.owns_run_file = owner
+    st.switches = switches
+    st.applied_levels = settings
+    _stop_reloader(st)
+    if reloadable:
+        _start_reloader(st, settings)
+
+
+# --- per-worker files, rotation, JSON lines ---------------------------------------------------
+
+
+def _file_sink(
+    settings: Settings,
+    path: Path,
+    owner: bool,
+    rank: int | None,
+    log_dir: Path,
+    script: str,
+    per_rank: bool,
+) -> Any:
+    rotation = Rotation(
+        settings.rotation_size,
+        settings.rotation_interval,
+        settings.compression,
+        settings.retention,
+    )
+    file = RunFile(path, rotation, owner=owner)
+    encode: Any = encode_text
+    if settings.file_format == "json":
+
+        def encode(message: Any) -> bytes:
+            return json_line(message.record, rank)
+
+    worker_path = None
+    if settings.file_per == "worker":
+
+        def worker_path(child: int) -> Path:
+            return runfile.run_file(log_dir, script, rank, per_rank=per_rank, worker=child)
+
+    if settings.enqueue:
+        return QueuedFile(file, encode, worker_path)
+    return DirectFile(file, encode, worker_path)
+
+
+# --- reconfiguring on a signal ----------------------------------------------------------------
+
+_DEBUG = 10
+
+
+def _handler_level(settings: Settings, floor: int) -> int:
+    """The level a switchable handler is added with: every level a switch can turn on."""
+    return min(floor, _DEBUG) if settings.reload_action == "debug" else 0
+
+
+def _start_reloader(st: _State, settings: Settings) -> None:
+    name = settings.reload_signal
+    assert name is not None
+    if threading.current_thread() is not threading.main_thread():
+        env.warn_once(
+            f"reload_signal={name}: configure_logging() must run in the main thread to "
+            "handle a signal; reloading is off"
+        )
+        return
+    action = _toggle_debug if settings.reload_action == "debug" else _reload_files
+    try:
+        st.reloader = Reloader(name, action)
+    except (OSError, ValueError) as exc:
+        env.warn_once(f"reload_signal={name}: cannot install the handler: {exc}")
+
+
+def _stop_reloader(st: _State) -> None:
+    if st.reloader is not None:
+        st.reloader.uninstall()
+        st.reloader = None
+
+
+def _say(text: str) -> None:
+    try:
+        sys.stderr.write(f"nvrx-otel: {text}\n")
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
+def _toggle_debug() -> None:
+    with _lock:
+        st = _state
+        base, now = st.settings, st.applied_levels
+        if base is None or now is None:
+            return
+        on = now is base  # DEBUG is off: turn it on
+        new = base
+        if on:
+            new = dataclasses.replace(
+                base,
+                file_level=_DEBUG if level_number(base.file_level) > _DEBUG else base.file_level,
+                console_level=(
+                    _DEBUG if level_number(base.console_level) > _DEBUG else base.console_level
+                ),
+            )
+        _switch(st, new)
+        state = "on" if on else "off"
+        _say(
+            f"{base.reload_signal}: DEBUG {state} (file level {new.file_level}, "
+            f"console level {new.console_level})"
+        )
+
+
+_RESTART_KEYS: Final = (
+    "log_dir", "script_name", "enqueue", "diagnose", "file_per", "file_format", "rotation_size",
+    "rotation_interval", "compression", "reload_signal", "reload_action", "retention",
+)  # fmt: skip
+"""Settings a reload reads but cannot apply to running handlers without losing records."""
+
+
+def _reload_files() -> None:
+    with _lock:
+        st = _state
+        if st.settings is None:
+            return
+        try:
+            fresh = resolve(st.arguments)
+        except (ValueError, TypeError) as exc:
+            _say(f"{st.settings.reload_signal}: the configuration was not reloaded: {exc}")
+            return
+        levels_only = dataclasses.replace(
+            st.settings,
+            file_level=fresh.file_level,
+            console_level=fresh.console_level,
+            module_levels=fresh.module_levels,
+        )
+        _switch(st, levels_only)
+        restart = [key for key in _RESTART_KEYS if getattr(fresh, key) != getattr(st.settings, key)]
+        note = ""
+        if restart:
+            note = f"; changed but applied only at the next start: {', '.join(restart)}"
+        _say(
+            f"{st.settings.reload_signal}: levels reloaded (file level {fresh.file_level}, "
+            f"console level {fresh.console_level}, {len(fresh.module_levels)} module rules){note}"
+        )
+
+
+def _switch(st: _State, new: Settings) -> None:
+    """Swap every switchable handler's filter for the one ``new`` gives: one assignment each."""
+    levels = None
+    if new.module_levels:
+        levels = ModuleLevels(new.console_level, new.file_level, new.module_levels)
+    console_floor = levels.floor(CONSOLE) if levels else level_number(new.console_level)
+    file_floor = levels.floor(FILE) if levels else level_number(new.file_level)
+    for switch, sink, extra in st.switches:
+        if sink == CONSOLE:
+            switch.current = floored(console_floor, ConsoleFilter(extra, levels))
+        elif sink == FILE:
+            switch.current = floored(file_floor, LevelFilter(levels, FILE) if levels else None)
+        else:
+            switch.current = floored(file_floor, SpoolBridge(extra, levels))
+    intercept.install(min(console_floor, file_floor))
+    st.applied_levels = new
 
 
 def _threshold(levels: ModuleLevels, sink: int, pid: int) -> gate.Threshold:

@@ -12,7 +12,10 @@ to an in-process queue (never blocks, so a fork never waits on it), and a daemon
 writes batches with ``os.write`` on an ``O_APPEND`` descriptor. A forked child drops the
 parent's pending lines (the parent writes them) and from then on writes its own lines
 directly, one ``os.write`` per line on the shared ``O_APPEND`` descriptor: children write
-where their parent does, without a lock shared between processes.
+where their parent does, without a lock shared between processes (or, with
+``file_per: worker``, to a file of their own). The descriptor is a
+:class:`~nvrx_otel.logging.logflow.runfilewriter.RunFile`, which also rotates the file
+while running.
 """
 
 from __future__ import annotations
@@ -22,28 +25,37 @@ import queue
 import threading
 import time
 import weakref
-from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+from nvrx_otel.logging.logflow.runfilewriter import PathFor, RunFile
+
 _STOP: Final = object()
 _GATHER_S: Final = 0.005
 """How long the writer thread lets lines gather after the first one: waking (and taking
 the GIL) once per line costs the logging thread more than the write it saves."""
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+Encode = Any  # Callable[[loguru.Message], bytes]
+
+
+def encode_text(message: Any) -> bytes:
+    """The formatted line as loguru made it."""
+    return str(message).encode("utf-8", "replace")
 
 
 class QueuedFile:
-    """A loguru sink object (``write``/``stop``) appending to ``path`` from a thread."""
+    """A loguru sink object (``write``/``stop``) appending to a run file from a thread.
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd = os.open(path, _FLAGS, 0o644)
+    ``encode`` turns loguru's message into the bytes of the line (text or JSON);
+    ``worker_path``, when given, names the file a forked child writes instead."""
+
+    def __init__(
+        self, file: RunFile, encode: Encode = encode_text, worker_path: PathFor | None = None
+    ) -> None:
+        self.file = file
+        self.path = file.path
+        self.encode = encode
+        self.worker_path = worker_path
         self.owner = os.getpid()
         self.closed = False
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -51,15 +63,22 @@ class QueuedFile:
         self._thread.start()
         _files.add(self)
 
-    def write(self, message: str) -> None:
+    def write(self, message: Any) -> None:
         """Called by loguru in the logging thread with one formatted line."""
         if self.closed:
             return
+        try:
+            data = self.encode(message)
+        except Exception as exc:  # telemetry never breaks the log call
+            from nvrx_otel.logging.handler import report_error
+
+            report_error("cannot write a run-file line", exc, lost=False)
+            return
         if os.getpid() == self.owner:
-            self._queue.put(message)
+            self._queue.put(data)
         else:  # a forked child: no writer thread here
             try:
-                _write_all(self.fd, message.encode("utf-8", "replace"))
+                self.file.append(data)
             except OSError:
                 pass  # the child's run-file line is lost; its spool record is not
 
@@ -79,16 +98,13 @@ class QueuedFile:
             self._queue.put(_STOP)
             self._thread.join(30)
         self.closed = True
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
+        self.file.close()
 
     def _drain(self) -> None:
         q = self._queue
         running = True
         while running:
-            batch: list[str] = []
+            batch: list[bytes] = []
             waiters: list[threading.Event] = []
             item = q.get()
             if item is not _STOP and not isinstance(item, threading.Event):
@@ -106,7 +122,7 @@ class QueuedFile:
                     break
             if batch:
                 try:
-                    _write_all(self.fd, "".join(batch).encode("utf-8", "replace"))
+                    self.file.append(b"".join(batch))
                 except OSError:
                     pass  # disk full or gone: the spool still has every record
             for waiter in waiters:
@@ -114,6 +130,11 @@ class QueuedFile:
 
     def _after_fork_in_child(self) -> None:
         self._queue = queue.SimpleQueue()  # the parent's pending lines are the parent's
+        if self.worker_path is not None and not self.closed:
+            try:
+                self.file.reopen_as(self.worker_path(os.getpid()), owner=True)
+            except OSError:
+                pass  # it keeps writing to its parent's file
 
 
 _files: weakref.WeakSet[QueuedFile] = weakref.WeakSet()

@@ -16,12 +16,17 @@ import os
 import re
 import stat
 import sys
+import threading
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-ARCHIVE_SUFFIX: Final = r"\.\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}(?:\.\d{6})?(?:-\d+)?\.log"
-"""What follows the stem in an archive name (LogFlow's names have no microseconds)."""
+ARCHIVE_SUFFIX: Final = r"\.\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}(?:\.\d{6})?(?:-\d+)?\.log(?:\.gz)?"
+"""What follows the stem in an archive name (LogFlow's names have no microseconds; ``.gz``
+when archives are compressed)."""
+WORKER_INFIX: Final = ".worker"
+"""``<script>[.rank<N>].worker<pid>.log``: a worker's own run file (``file_per: worker``)."""
 
 _SHARED_FS: Final = frozenset(
     {
@@ -48,11 +53,48 @@ def discover_script_name() -> str:
     return "app"
 
 
-def run_file(log_dir: Path, script: str, rank: int | None, *, per_rank: bool) -> Path:
-    """The run file of this process."""
-    if per_rank and rank is not None:
-        return log_dir / f"{script}.rank{rank}.log"
-    return log_dir / f"{script}.log"
+def run_file(
+    log_dir: Path, script: str, rank: int | None, *, per_rank: bool, worker: int | None = None
+) -> Path:
+    """The run file of this process (``worker``: the pid of a worker with its own file)."""
+    stem = f"{script}.rank{rank}" if per_rank and rank is not None else script
+    if worker is not None:
+        stem = f"{stem}{WORKER_INFIX}{worker}"
+    return log_dir / f"{stem}.log"
+
+
+def purge_workers(path: Path, retention: int) -> list[Path]:
+    """Delete the worker files of ``path``'s stem (and their archives) that belong to runs
+    retention no longer keeps: older than the oldest archive of ``path`` it keeps, or, with
+    ``retention`` 0, older than now. Returns the deleted."""
+    kept = archives(path)[:retention]
+    if retention == 0:
+        cutoff = time.time()
+    elif len(kept) < retention:
+        return []
+    else:
+        try:
+            cutoff = kept[-1].stat().st_mtime
+        except OSError:
+            return []
+    pattern = re.compile(
+        re.escape(path.stem + WORKER_INFIX) + r"\d+(?:" + ARCHIVE_SUFFIX + r"|\.log)"
+    )
+    deleted = []
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return []
+    for entry in entries:
+        if not pattern.fullmatch(entry.name):
+            continue
+        try:
+            if entry.stat().st_mtime < cutoff:
+                os.unlink(entry.path)
+                deleted.append(Path(entry.path))
+        except OSError:
+            continue
+    return deleted
 
 
 def filesystem_type(path: Path, mounts: str = "/proc/self/mounts") -> str | None:
@@ -129,7 +171,10 @@ def archives(path: Path) -> list[Path]:
         entries = list(os.scandir(path.parent))
     except OSError:
         return []
+    names = {entry.name for entry in entries}
     for entry in entries:
+        if entry.name + ".gz" in names:
+            continue  # being compressed: the .gz is the same archive
         if pattern.fullmatch(entry.name):
             try:
                 found.append((entry.stat().st_mtime, entry.name, Path(entry.path)))
@@ -151,9 +196,23 @@ def purge(path: Path, keep: int) -> list[Path]:
     return deleted
 
 
-def rotate(path: Path, retention: int) -> Path | None:
-    """Startup rotation: archive ``path`` if it has content, then apply retention."""
+def rotate(path: Path, retention: int, compression: str = "none") -> Path | None:
+    """Startup rotation: archive ``path`` if it has content, then apply retention. With
+    ``compression`` ``gz`` a background thread gzips it — and any archive a killed process
+    left plain — after the grace other writers get to move on, then applies retention."""
     made = archive(path)
+    if compression == "gz":
+        from nvrx_otel.logging.logflow.runfilewriter import finish_archive
+
+        plain = [p for p in archives(path) if p.suffix == ".log"]
+        if plain:
+            threading.Thread(
+                target=finish_archive,
+                args=(path, plain, compression, retention),
+                name="nvrx-otel-runfile-archive",
+                daemon=False,  # a normal exit finishes it
+            ).start()
+            return made
     if made is not None:
         purge(path, retention)
     return made

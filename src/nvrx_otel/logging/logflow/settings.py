@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -84,6 +85,79 @@ def _check_name(value: Any) -> str:
     raise Invalid("a file name stem without path separators")
 
 
+_SIZE_UNITS: Final = {"": 1, "b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
+_TIME_UNITS: Final = {
+    "s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0,
+    "m": 60.0, "min": 60.0, "minute": 60.0, "minutes": 60.0,
+    "h": 3600.0, "hour": 3600.0, "hours": 3600.0,
+    "d": 86400.0, "day": 86400.0, "days": 86400.0,
+}  # fmt: skip
+
+
+def _check_size(value: Any) -> int:
+    """``100 MB``, ``512KB``, ``2 GB`` or a byte count: bytes (> 0)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", value)
+        if m and m[2].lower() in _SIZE_UNITS:
+            size = int(float(m[1]) * _SIZE_UNITS[m[2].lower()])
+            if size > 0:
+                return size
+    raise Invalid("a size such as 100 MB, 512 KB or a number of bytes (> 0)")
+
+
+def _check_interval(value: Any) -> float:
+    """``30 s``, ``15 min``, ``6 h``, ``1 d`` or seconds: seconds (> 0)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", value)
+        if m and (m[2].lower() in _TIME_UNITS or not m[2]):
+            seconds = float(m[1]) * _TIME_UNITS.get(m[2].lower(), 1.0)
+            if seconds > 0:
+                return seconds
+    raise Invalid("a duration such as 30 s, 15 min, 6 h or 1 d (> 0)")
+
+
+def _choice(*options: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if isinstance(value, str) and value.strip().lower() in options:
+            return value.strip().lower()
+        raise Invalid(" or ".join(options))
+
+    return check
+
+
+def _check_signal(value: Any) -> str:
+    """A signal name this platform has (``SIGHUP``, ``HUP``, ``SIGRTMIN+3``), not one that
+    cannot be caught or that the job's launchers use for themselves."""
+    import signal
+
+    if isinstance(value, str):
+        text = value.strip().upper()
+        name = text if text.startswith("SIG") else "SIG" + text
+        m = re.fullmatch(r"SIGRTMIN\+(\d+)", name)
+        known = (m is not None and signal.SIGRTMIN + int(m[1]) <= signal.SIGRTMAX) or isinstance(
+            getattr(signal, name, None), signal.Signals
+        )
+        if known and name not in _RESERVED_SIGNALS:
+            return name
+    raise Invalid(
+        "a signal name such as SIGHUP, SIGUSR2 or SIGRTMIN+3 (not "
+        + ", ".join(sorted(_RESERVED_SIGNALS))
+        + ")"
+    )
+
+
+_RESERVED_SIGNALS: Final = frozenset(
+    {"SIGKILL", "SIGSTOP", "SIGTERM", "SIGINT", "SIGUSR1", "SIGCHLD", "SIGSEGV", "SIGBUS",
+     "SIGFPE", "SIGILL", "SIGABRT", "SIGPIPE"}
+)  # fmt: skip
+"""Signals the reload cannot take: uncatchable, the ones that end or requeue a job (Slurm's
+and Lightning's requeue is SIGUSR1), and the ones that report a crash."""
+
+
 @dataclass(frozen=True)
 class Setting:
     """One setting: ``key`` (argument name and file key), env vars, default, check."""
@@ -111,6 +185,15 @@ TABLE: Final[tuple[Setting, ...]] = (
     Setting("eager_enqueue", (env.LOGFLOW_EAGER_ENQUEUE,), False, _check_bool, in_files=False),
     Setting("diagnose", (env.NVRX_OTEL_LOGURU_DIAGNOSE,), False, _check_bool),
     Setting("module_levels", (), (), check_module_levels),
+    Setting("file_per", (env.NVRX_OTEL_LOGURU_FILE_PER,), "rank", _choice("rank", "worker")),
+    Setting("file_format", (env.NVRX_OTEL_LOGURU_FILE_FORMAT,), "text", _choice("text", "json")),
+    Setting("rotation_size", (env.NVRX_OTEL_LOGURU_ROTATION_SIZE,), None, _check_size),
+    Setting("rotation_interval", (env.NVRX_OTEL_LOGURU_ROTATION_INTERVAL,), None, _check_interval),
+    Setting("compression", (env.NVRX_OTEL_LOGURU_COMPRESSION,), "none", _choice("gz", "none")),
+    Setting("reload_signal", (env.NVRX_OTEL_LOGURU_RELOAD_SIGNAL,), None, _check_signal),
+    Setting(
+        "reload_action", (env.NVRX_OTEL_LOGURU_RELOAD_ACTION,), "debug", _choice("debug", "reload")
+    ),
 )
 """Every setting of the loguru front end, in one place."""
 
@@ -132,6 +215,13 @@ class Settings:
     eager_enqueue: bool
     diagnose: bool
     module_levels: tuple[Rule, ...]
+    file_per: str = "rank"
+    file_format: str = "text"
+    rotation_size: int | None = None
+    rotation_interval: float | None = None
+    compression: str = "none"
+    reload_signal: str | None = None
+    reload_action: str = "debug"
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     inherited: bool = field(default=False, compare=False)
 
@@ -269,7 +359,7 @@ def parent_layer(environ: Mapping[str, str] | None = None) -> Layer | None:
     if pid == os.getpid():
         return None
     where = f"the parent process's settings ({env.NVRX_OTEL_LOGFLOW_PARENT}, pid {pid})"
-    return Layer(where, {k: v for k, v in data.items() if k in _BY_KEY})
+    return Layer(where, {k: v for k, v in data.items() if k in _BY_KEY and v is not None})
 
 
 def export_for_children(settings: Settings, log_dir: Path, script_name: str) -> None:
@@ -285,6 +375,11 @@ def export_for_children(settings: Settings, log_dir: Path, script_name: str) -> 
         "enqueue": settings.enqueue,
         "diagnose": settings.diagnose,
         "module_levels": {r.prefix: r.as_config() for r in settings.module_levels},
+        "file_per": settings.file_per,
+        "file_format": settings.file_format,
+        "rotation_size": settings.rotation_size,
+        "rotation_interval": settings.rotation_interval,
+        "compression": settings.compression,
     }
     os.environ[env.NVRX_OTEL_LOGFLOW_PARENT] = orjson.dumps(data).decode()
 

@@ -1,0 +1,1 @@
+"""``nvrx-otel doctor``: identity, resolved configuration, spool state, OTLP reachability."""

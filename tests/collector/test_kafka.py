@@ -4,10 +4,11 @@ agent (``agent-kafka.yaml``) → Kafka (one topic per signal) → one gateway
 
 The broker is Apache Kafka 4.x in KRaft mode, one process for the module
 (``tests/collector/kafka.py``); each test has topics and a consumer group of its own.
-Every record and span must arrive (after de-duplication by ``nv.nvrx.record.key`` and span
-id; a duplicate must be the same record) also when, while the ranks' second cycle streams
-through, the gateway is stopped (SIGTERM or SIGKILL) and started again, or the broker is
-killed with SIGKILL and started again on the same log directory. Duplicates are allowed
+Every record and span must arrive (after de-duplication by the record key, ``log.record.uid``
+or its alias ``nv.nvrx.record.key``, and span id; a duplicate must be the same record) also
+when, while the ranks' second cycle streams through, the gateway is stopped (SIGTERM or
+SIGKILL) and started again, or the broker is killed with SIGKILL and started again on the
+same log directory. Duplicates are allowed
 (at least once) and counted.
 """
 

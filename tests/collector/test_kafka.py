@@ -8,8 +8,7 @@ Every record and span must arrive (after de-duplication by the record key, ``log
 or its alias ``nv.nvrx.record.key``, and span id; a duplicate must be the same record) also
 when, while the ranks' second cycle streams through, the gateway is stopped (SIGTERM or
 SIGKILL) and started again, or the broker is killed with SIGKILL and started again on the
-same log directory. Duplicates are allowed
-(at least once) and counted.
+same log directory. Duplicates are allowed (at least once) and counted.
 """
 
 from __future__ import annotations

@@ -16,9 +16,14 @@ ranks with the same records per rank; for each size:
   (collectors from /proc, aggregators their own process time), per record, in total and
   per tier. The question is whether it stays flat as ranks grow, not parallel speed.
 
-    python -m benchmarks.bench_scale [records per rank] [--quick]
+With ``--kafka`` the agent writes to a real Kafka broker (``agent-kafka.yaml``; Apache
+Kafka 4 in KRaft mode, one process, from ``tests/collector/kafka.py``) and the gateway reads
+from it (``gateway-kafka.yaml``); the broker's CPU time is then a fifth tier.
 
-Needs the collector binary (``NVRX_OTEL_COLLECTOR_BIN`` or ``scripts/build-collector.sh``).
+    python -m benchmarks.bench_scale [records per rank] [--quick] [--kafka]
+
+Needs the collector binary (``NVRX_OTEL_COLLECTOR_BIN`` or ``scripts/build-collector.sh``)
+and, with ``--kafka``, Java and Maven (``scripts/fetch-kafka.sh``).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+from tests.collector.kafka import KafkaBroker, KafkaTopics
 
 from benchmarks.bench_aggregator import RANKS, prepare
 from nvrx_otel.spool.paths import job_dir, parse_name
@@ -159,6 +165,20 @@ def _metric(port: int, prefix: str) -> float:
     )
 
 
+def _warm_up(agent_http: int, gateway_metrics: int) -> int:
+    """Send one log record through the Kafka tier and wait until the gateway wrote it: the
+    logs topic then exists and the gateway's consumer has its partitions (it looks for a
+    missing topic every few seconds, which would otherwise count as throughput)."""
+    body = {"resourceLogs": [{"scopeLogs": [{"logRecords": [{"body": {"stringValue": "warm"}}]}]}]}
+    requests.post(f"http://127.0.0.1:{agent_http}/v1/logs", json=body, timeout=10)
+    deadline = time.monotonic() + 60
+    while _metric(gateway_metrics, "otelcol_exporter_sent_log_records") < 1:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the warm-up record did not reach the gateway through Kafka")
+        time.sleep(0.05)
+    return 1
+
+
 # --- one size ----------------------------------------------------------------------------------
 
 
@@ -182,7 +202,14 @@ def _make_nodes(template: Path, base: Path, nodes: int) -> list[Path]:
     return roots
 
 
-def _one_size(binary: str, tmp: Path, template: Path, ranks: int, per_rank: int) -> dict[str, Any]:
+def _one_size(
+    binary: str,
+    tmp: Path,
+    template: Path,
+    ranks: int,
+    per_rank: int,
+    kafka: KafkaTopics | None = None,
+) -> dict[str, Any]:
     nodes = ranks // RANKS
     total = ranks * per_rank
     base = tmp / f"ranks-{ranks}"
@@ -194,10 +221,12 @@ def _one_size(binary: str, tmp: Path, template: Path, ranks: int, per_rank: int)
     workers: list[subprocess.Popen[str]] = []
     errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed below) the workers' stderr
     try:
+        kafka_env = kafka.env() if kafka is not None else {}
         gateway = _Collector(
             binary,
-            ["gateway.yaml"],
+            ["gateway.yaml", *(["gateway-kafka.yaml"] if kafka else [])],
             {
+                **kafka_env,
                 "NVRX_OTEL_GATEWAY_GRPC_ENDPOINT": f"127.0.0.1:{gw['grpc']}",
                 "NVRX_OTEL_GATEWAY_HTTP_ENDPOINT": f"127.0.0.1:{gw['http']}",
                 "NVRX_OTEL_GATEWAY_HEALTH_ENDPOINT": f"127.0.0.1:{gw['health']}",
@@ -208,8 +237,9 @@ def _one_size(binary: str, tmp: Path, template: Path, ranks: int, per_rank: int)
         )
         agent = _Collector(
             binary,
-            ["agent.yaml"],
+            ["agent.yaml", *(["agent-kafka.yaml"] if kafka else [])],
             {
+                **kafka_env,
                 "NVRX_OTEL_AGENT_GRPC_ENDPOINT": f"127.0.0.1:{ag['grpc']}",
                 "NVRX_OTEL_AGENT_HTTP_ENDPOINT": f"127.0.0.1:{ag['http']}",
                 "NVRX_OTEL_AGENT_HEALTH_ENDPOINT": f"127.0.0.1:{ag['health']}",
@@ -219,6 +249,7 @@ def _one_size(binary: str, tmp: Path, template: Path, ranks: int, per_rank: int)
             },
             ag["health"],
         )
+        warm = _warm_up(ag["http"], gw["metrics"]) if kafka else 0
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "NVRX_"))}
         environ["PYTHONPATH"] = str(ROOT)
         for w in range(WORKERS):
@@ -245,19 +276,21 @@ def _one_size(binary: str, tmp: Path, template: Path, ranks: int, per_rank: int)
         for p in workers:
             assert p.stdout is not None and p.stdout.readline() == "ready\n"
         agent_cpu0, gateway_cpu0 = agent.cpu_s(), gateway.cpu_s()
+        broker_cpu0 = kafka.broker.cpu_s() if kafka else 0.0
         start = time.perf_counter()
         for p in workers:
             assert p.stdin is not None
             p.stdin.write("go\n")
             p.stdin.flush()
         sent = "otelcol_exporter_sent_log_records"
-        while _metric(gw["metrics"], sent) < total:
+        while _metric(gw["metrics"], sent) < total + warm:
             if any(p.poll() not in (None, 0) for p in workers):
                 errors.seek(0)
                 raise RuntimeError(f"an aggregator worker failed:\n{errors.read().decode()}")
             time.sleep(0.05)
         seconds = time.perf_counter() - start
         agent_cpu, gateway_cpu = agent.cpu_s() - agent_cpu0, gateway.cpu_s() - gateway_cpu0
+        broker_cpu = kafka.broker.cpu_s() - broker_cpu0 if kafka else 0.0
         results = []
         for p in workers:
             stdout, _ = p.communicate(timeout=600)
@@ -287,9 +320,10 @@ def _one_size(binary: str, tmp: Path, template: Path, ranks: int, per_rank: int)
         unexpected += writer not in writers or int(seq) >= per_rank
     loss = total - (len(keys) - unexpected)  # every found key is distinct and expected
     aggregator_cpu = sum(r["cpu_s"] for r in results)
-    cpu = aggregator_cpu + agent_cpu + gateway_cpu
+    cpu = aggregator_cpu + agent_cpu + gateway_cpu + broker_cpu
     shutil.rmtree(base)
     return {
+        "kafka": kafka is not None,
         "ranks": ranks,
         "nodes": nodes,
         "records": total,
@@ -303,21 +337,44 @@ def _one_size(binary: str, tmp: Path, template: Path, ranks: int, per_rank: int)
         "ns_per_record_aggregators": round(aggregator_cpu / total * 1e9),
         "ns_per_record_agent": round(agent_cpu / total * 1e9),
         "ns_per_record_gateway": round(gateway_cpu / total * 1e9),
+        **({"ns_per_record_broker": round(broker_cpu / total * 1e9)} if kafka else {}),
     }
 
 
+def _kafka_lib() -> Path:
+    found = os.environ.get("NVRX_OTEL_KAFKA_LIB", "").strip()
+    if found:
+        return Path(found)
+    proc = subprocess.run(
+        [str(ROOT / "scripts" / "fetch-kafka.sh")], capture_output=True, text=True, check=True
+    )
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
 def run(
-    records_per_rank: int = 4_000, rank_counts: tuple[int, ...] = RANK_COUNTS
+    records_per_rank: int = 4_000,
+    rank_counts: tuple[int, ...] = RANK_COUNTS,
+    *,
+    kafka: bool = False,
 ) -> dict[str, Any]:
-    """Every size in ``rank_counts`` (multiples of 8), ``records_per_rank`` records each."""
+    """Every size in ``rank_counts`` (multiples of 8), ``records_per_rank`` records each;
+    ``kafka``: through a Kafka broker between the agent and the gateway."""
     binary = _collector_bin()
     sizes = {}
-    with tempfile.TemporaryDirectory(prefix="nvrx-bench-scale-") as tmp_name:
-        tmp = Path(tmp_name)
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="nvrx-bench-scale-")))
+        broker = None
+        if kafka:
+            broker = KafkaBroker(_kafka_lib(), tmp / "kafka").format()
+            stack.callback(broker.stop)
+            broker.start().wait_ready()
         template = tmp / "template"
         prepare(template, records_per_rank)
         for ranks in rank_counts:
-            sizes[f"ranks_{ranks}"] = _one_size(binary, tmp, template, ranks, records_per_rank)
+            topics = KafkaTopics(broker, f"bench-{ranks}") if broker else None
+            sizes[f"ranks_{ranks}"] = _one_size(
+                binary, tmp, template, ranks, records_per_rank, topics
+            )
     per_record = [s["ns_per_record"] for s in sizes.values()]
     return {
         **sizes,
@@ -334,7 +391,8 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         _worker(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:
-        args = [a for a in sys.argv[1:] if a != "--quick"]
+        args = [a for a in sys.argv[1:] if a not in ("--quick", "--kafka")]
         quick = "--quick" in sys.argv[1:]
         n = int(args[0]) if args else (500 if quick else 4_000)
-        print(json.dumps(run(n, QUICK_RANK_COUNTS if quick else RANK_COUNTS), indent=2))
+        counts = QUICK_RANK_COUNTS if quick else RANK_COUNTS
+        print(json.dumps(run(n, counts, kafka="--kafka" in sys.argv[1:]), indent=2))

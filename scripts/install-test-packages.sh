@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the real programs the tests run, from Debian packages: Slurm with munge, Open
-# MPI and MPICH (and iproute2 for the test cluster's network namespace), and lnav (the
-# shipped lnav formats are tested with it). Does nothing for a package already installed.
+# MPI and MPICH (and iproute2 for the test cluster's network namespace), lnav (the
+# shipped lnav formats are tested with it), and Java with Maven (scripts/fetch-kafka.sh
+# resolves the Kafka tests' broker with them, and it runs on that Java). Does nothing for
+# a package already installed.
 # Needs root and apt-get; without them it prints one line and the tests that need a
 # missing program fail naming it.
 set -euo pipefail
@@ -9,7 +11,7 @@ set -euo pipefail
 declare -A wanted=(
   [slurmctld]=slurm-wlm [slurmd]=slurm-wlm [srun]=slurm-client [munged]=munge
   [mpirun.openmpi]=openmpi-bin [mpiexec.mpich]=mpich [ip]=iproute2 [nsenter]=util-linux
-  [lnav]=lnav
+  [lnav]=lnav [java]=default-jre-headless [mvn]=maven
 )
 missing=()
 for cmd in "${!wanted[@]}"; do

@@ -211,6 +211,24 @@ Setting(
 Default: ``${XDG_CACHE_HOME:-~/.cache}/nvrx-otel/collector``.""",
 )
 
+NVRX_OTEL_KAFKA_LIB: Final = "NVRX_OTEL_KAFKA_LIB"
+Setting(
+    NVRX_OTEL_KAFKA_LIB,
+    parse_path,
+    None,
+    """Directory of the Apache Kafka broker's jars the Kafka tests run. Default: unset (the
+tests get it from ``scripts/fetch-kafka.sh``, which fetches it with Maven or reuses it).""",
+)
+
+NVRX_OTEL_KAFKA_CACHE: Final = "NVRX_OTEL_KAFKA_CACHE"
+Setting(
+    NVRX_OTEL_KAFKA_CACHE,
+    parse_path,
+    None,
+    """Directory where ``scripts/fetch-kafka.sh`` keeps the Kafka broker's jars (per version)
+and Maven's repository. Default: ``${XDG_CACHE_HOME:-~/.cache}/nvrx-otel/kafka``.""",
+)
+
 # --- variables other tools define (envexternal.py): after ours in the table ------------
 
 from nvrx_otel.envexternal import GROUP_RANK as GROUP_RANK

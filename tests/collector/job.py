@@ -1,6 +1,8 @@
 """A small multi-node job on one host: a gateway, an agent per node, and per node either an
 aggregator (``agent.yaml``) or nothing (``agent-filelog.yaml``: the agent tails the spool),
-with real rank processes (``job_rank.py``) logging inside spans.
+with real rank processes (``job_rank.py``) logging inside spans. With ``kafka`` the agents
+write to Kafka topics (``agent-kafka.yaml``) and the gateway reads them
+(``gateway-kafka.yaml``).
 
 Nodes are told apart by ``NVRX_OTEL_NODE_ID`` (agents, aggregators and ranks of a node
 share it) and by their own spool root. Everything is on 127.0.0.1; collectors come from
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +35,7 @@ from tests.collector.harness import (
     spans,
     wait_until,
 )
+from tests.collector.kafka import KafkaTopics
 from tests.conftest import spawn
 
 RANK_SCRIPT = Path(__file__).with_name("job_rank.py")
@@ -47,6 +51,15 @@ def queue_size(metrics_port: int) -> float:
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
         if line.startswith("otelcol_exporter_queue_size{")
+    )
+
+
+def sent_log_records(metrics_port: int) -> float:
+    """Log records a collector's exporters have sent (``otelcol_exporter_sent_log_records``)."""
+    text = requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+    prefix = "otelcol_exporter_sent_log_records{"
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix)
     )
 
 
@@ -95,8 +108,10 @@ class Job:
         nodes: int = 2,
         ranks_per_node: int = 4,
         records: int = 100,
+        kafka: KafkaTopics | None = None,
     ) -> None:
         self.make_collector = make_collector
+        self.kafka = kafka
         self.tmp = tmp
         self.filelog = filelog
         self.grpc = grpc  # aggregators export OTLP/gRPC to the agent instead of OTLP/HTTP
@@ -119,7 +134,12 @@ class Job:
 
     def _gateway(self, log_name: str) -> Collector:
         p = self.gateway_ports
-        return self.make_collector(log_name, ["gateway.yaml"], gateway_env(p, self.out), p.health)
+        configs = ["gateway.yaml"]
+        environ = gateway_env(p, self.out)
+        if self.kafka is not None:
+            configs.append("gateway-kafka.yaml")
+            environ.update(self.kafka.env())
+        return self.make_collector(log_name, configs, environ, p.health)
 
     def agent(self, node: Node, log_name: str) -> Collector:
         """A (new) agent for ``node``: same ports and storage every time."""
@@ -130,6 +150,9 @@ class Job:
             configs.append("agent-filelog.yaml")
             extra["NVRX_NODE_LOCAL_TMPDIR"] = str(node.spool)
             gates = FILELOG_GATES
+        if self.kafka is not None:
+            configs.append("agent-kafka.yaml")
+            extra.update(self.kafka.env())
         environ = agent_env(node.ports, node.storage, self.gateway_ports.grpc, **extra)
         return self.make_collector(
             f"{node.name}-{log_name}", configs, environ, node.ports.health, gates
@@ -190,11 +213,13 @@ class Job:
     def rank_of(self, node: Node, local: int) -> int:
         return node.index * self.ranks_per_node + local
 
-    def start_ranks(self, *, gated: bool = False) -> None:
+    def start_ranks(self, *, gated: bool = False, step_s: float = 0.0) -> None:
+        """Start every rank; ``gated``: each waits after its first cycle until ``release``,
+        and then logs a step every ``step_s`` seconds."""
         args = [sys.executable, str(RANK_SCRIPT), str(self.records)]
         args.append("filelog" if self.filelog else "aggregator")
         if gated:
-            args.append(str(self.gate))
+            args += [str(self.gate), str(step_s)]
         world = str(len(self.nodes) * self.ranks_per_node)
         for node in self.nodes:
             for local in range(self.ranks_per_node):
@@ -255,17 +280,36 @@ class Job:
                 on_fail=self.tails,
             )
             assert node.agent.stop() == 0, node.agent.log_tail()
+        if self.kafka is not None:
+            self.wait_gateway_consumed()
         assert self.gateway.stop() == 0, self.gateway.log_tail()
+
+    def wait_gateway_consumed(self, timeout: float = 90.0) -> None:
+        """Kafka mode: the agents are done, so wait until the gateway has read everything
+        from the topics (every record key and span in its files) or the time is up; what
+        is then missing, check_output names."""
+        spans_expected = len(self.nodes) * self.ranks_per_node * 4
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if (
+                self.arrived() >= self.expected_records()
+                and len({s["span_id"] for s in spans(self.out)}) >= spans_expected
+            ):
+                return
+            time.sleep(0.2)
 
     def aggregator_log(self, node: Node) -> Path:
         return self.tmp / node.name / "aggregator.err"
 
     def tails(self) -> str:
-        """The last lines of every collector's and aggregator's log, for a failure message."""
+        """The last lines of every collector's, aggregator's (and broker's) log, for a
+        failure message."""
         parts = [
             f"--- {c.log_path.name}\n{c.log_tail(8)}"
             for c in (self.gateway, *(n.agent for n in self.nodes))
         ]
+        if self.kafka is not None:
+            parts.append(f"--- kafka broker\n{self.kafka.broker.log_tail(8)}")
         for node in self.nodes:
             path = self.aggregator_log(node)
             if path.exists():

@@ -33,6 +33,9 @@ COMBINATIONS: dict[str, tuple[list[str], dict[str, str]]] = {
             "NVRX_OTEL_GATEWAY_TOKEN_FILE": "/token",
         },
     ),
+    "agent-kafka": (["agent.yaml", "agent-kafka.yaml"], {}),
+    "agent-filelog-kafka": (["agent.yaml", "agent-filelog.yaml", "agent-kafka.yaml"], {}),
+    "gateway-kafka": (["gateway.yaml", "gateway-kafka.yaml"], {}),
     "gateway-backend-debug": (
         ["gateway.yaml", "gateway-backend.yaml", "debug.yaml"],
         {"NVRX_OTEL_BACKEND_ENDPOINT": "http://127.0.0.1:4318"},

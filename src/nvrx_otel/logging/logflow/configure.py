@@ -514,9 +514,9 @@ def _toggle_debug() -> None:
         if on:
             new = dataclasses.replace(
                 base,
-                file_level=_DEBUG if level_number(base.file_level) > _DEBUG else base.file_level,
+                file_level="DEBUG" if level_number(base.file_level) > _DEBUG else base.file_level,
                 console_level=(
-                    _DEBUG if level_number(base.console_level) > _DEBUG else base.console_level
+                    "DEBUG" if level_number(base.console_level) > _DEBUG else base.console_level
                 ),
                 sources=_reloaded_sources(base, ("file_level", "console_level")),
             )

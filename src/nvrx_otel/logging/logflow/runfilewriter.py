@@ -48,6 +48,8 @@ from nvrx_otel import env
 from nvrx_otel.logging.logflow import runfile
 
 _FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+_LOCK_WAIT_S: Final = 5.0
+"""How long a writer waits for another's rotation (under ``<run file>.lock``) at most."""
 _STALE_PARTIAL_S: Final = 300.0
 """A ``.gz.partial`` untouched this long was left by a process killed while compressing."""
 COMPRESS_GRACE_S: Final = 2.0
@@ -94,6 +96,7 @@ class RunFile:
         self.retention = rotation.retention if rotation is not None else 0
         self.owner_pid = os.getpid() if owner else 0
         self.lock = threading.Lock()
+        self.lock_fd = -1  # <run file>.lock while this process rotates
         self.fd = -1
         self.ino = (0, 0)
         self.opened = 0.0
@@ -176,8 +179,18 @@ class RunFile:
         """Archive the run file under ``<run file>.lock`` (``flock``): every writer of the
         file may rotate it by size, one at a time; who comes second follows the first."""
         lock = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.lock_fd = lock  # a child forked meanwhile closes its copy (else it holds the lock)
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            deadline = time.monotonic() + _LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:  # never hang the log call
+                        env.warn_once(f"{self.path}.lock stays locked; rotating without it")
+                        break
+                    time.sleep(0.01)
             try:
                 st = os.stat(self.path)
                 if (st.st_dev, st.st_ino) != self.ino:
@@ -194,6 +207,7 @@ class RunFile:
                 return
             self._rotate()
         finally:
+            self.lock_fd = -1
             os.close(lock)  # closing releases the lock
 
     def _rotate(self) -> None:
@@ -355,6 +369,12 @@ _files: weakref.WeakSet[RunFile] = weakref.WeakSet()
 def _after_fork_in_child() -> None:
     for f in list(_files):
         f.lock = threading.Lock()  # another thread of the parent may have held it
+        if f.lock_fd >= 0:  # the parent's rotation lock: the child's copy would keep it held
+            try:
+                os.close(f.lock_fd)
+            except OSError:
+                pass
+            f.lock_fd = -1
     losses.lock = threading.Lock()
 
 

@@ -67,11 +67,11 @@ def run_file(
 def purge_workers(path: Path, retention: int, *, shared: bool = False) -> list[Path]:
     """Delete the worker files of ``path``'s stem (and their archives) that belong to runs
     retention no longer keeps: older than the oldest archive of ``path`` it keeps, or, with
-    ``retention`` 0, older than now (``shared``: than this process's start, so the workers
-    of a rank that started first keep their files). Returns the deleted."""
+    ``retention`` 0, older than now (``shared``: than this run's start, so the workers of a
+    rank that started first keep their files). Returns the deleted."""
     kept = archives(path)[:retention]
     if retention == 0:
-        cutoff = process_start() if shared else time.time()
+        cutoff = run_start() if shared else time.time()
     elif len(kept) < retention:
         return []
     else:
@@ -219,10 +219,11 @@ def worker_archives(path: Path) -> list[Path]:
     return found
 
 
-def process_start() -> float:
-    """When this process started (epoch seconds; the module's import time if unknown)."""
+def process_start(pid: int | str = "self") -> float:
+    """When a process (default: this one) started, in epoch seconds; this module's import
+    time if unknown."""
     try:
-        stat_line = Path("/proc/self/stat").read_text()
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
         ticks = int(stat_line.rsplit(")", 1)[1].split()[19])
         btime = next(
             int(line.split()[1])
@@ -232,6 +233,16 @@ def process_start() -> float:
         return btime + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
         return _IMPORTED
+
+
+def run_start() -> float:
+    """When this run started on this node, as far as this process can tell: the earlier of
+    its own start and its parent's (the launcher that started the node's ranks: srun's
+    slurmstepd, torchrun's agent, mpirun's daemon), so a rank that started a moment
+    before this one counts as this run."""
+    own = process_start()
+    parent = process_start(os.getppid()) if os.getppid() > 1 else own
+    return min(own, parent)
 
 
 _IMPORTED: Final = time.time()
@@ -258,9 +269,9 @@ def rotate(
     applies retention.
 
     ``shared`` (the ranks of a node append to one node-local file): a file written since
-    this process started holds lines of this run (a rank that started first) and is not
-    archived; it keeps the previous run's lines above them."""
-    started = process_start()
+    this run started (:func:`run_start`) holds lines of this run (a rank that started
+    first) and is not archived; it keeps the previous run's lines above them."""
+    started = run_start()
     made = None
     try:
         fresh = shared and path.stat().st_mtime >= started

@@ -303,3 +303,15 @@ def test_plain_worker_archives_are_compressed_at_the_next_start(tmp_path: Path) 
     gz = plain.with_name(plain.name + ".gz")
     wait_for(lambda: gz.exists() and not plain.exists(), timeout=30, what="the worker archive gz")
     assert gzip.decompress(gz.read_bytes()) == b"worker line\n"
+
+
+def test_worker_lock_files_go_with_their_runs(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    old = [logs / "run.worker77.log", logs / "run.worker77.log.lock"]
+    for p in old:
+        p.write_text("")
+        os.utime(p, (1_600_000_000, 1_600_000_000))
+    configure_logging(script_name="run", console_level="CRITICAL", file_per="worker",
+                      retention=0)  # fmt: skip
+    assert not any(p.exists() for p in old)

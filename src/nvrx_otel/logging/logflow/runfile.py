@@ -65,10 +65,10 @@ def run_file(
 
 
 def purge_workers(path: Path, retention: int, *, shared: bool = False) -> list[Path]:
-    """Delete the worker files of ``path``'s stem (and their archives) that belong to runs
-    retention no longer keeps: older than the oldest archive of ``path`` it keeps, or, with
-    ``retention`` 0, older than now (``shared``: than this run's start, so the workers of a
-    rank that started first keep their files). Returns the deleted."""
+    """Delete the worker files of ``path``'s stem (their archives and lock files too) that
+    belong to runs retention no longer keeps: older than the oldest archive of ``path`` it
+    keeps, or, with ``retention`` 0, older than now (``shared``: than this run's start, so
+    the workers of a rank that started first keep their files). Returns the deleted."""
     kept = archives(path)[:retention]
     if retention == 0:
         cutoff = run_start() if shared else time.time()
@@ -80,8 +80,8 @@ def purge_workers(path: Path, retention: int, *, shared: bool = False) -> list[P
         except OSError:
             return []
     pattern = re.compile(
-        re.escape(path.stem + WORKER_INFIX) + r"\d+(?:" + ARCHIVE_SUFFIX + r"|\.log)"
-    )
+        re.escape(path.stem + WORKER_INFIX) + r"\d+(?:" + ARCHIVE_SUFFIX + r"|\.log|\.log\.lock)"
+    )  # with the rotation lock file a worker made
     deleted = []
     try:
         entries = list(os.scandir(path.parent))

@@ -319,7 +319,7 @@ def _logflow(e: Mapping[str, str], own: bool, cwd: Path | None) -> list[ActiveSe
     settings = configure.active_settings() if configure is not None else None
     if settings is None:
         try:
-            settings = resolve({}, cwd=cwd, environ=e)
+            settings = resolve({}, cwd=cwd, environ=e, strict_env=True)
         except ValueError as exc:
             return [ActiveSetting("logflow", "settings", None, DEFAULT, str(exc))]
     out = []

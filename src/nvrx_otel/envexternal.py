@@ -78,8 +78,10 @@ Setting(
     LOGFLOW_ENQUEUE,
     parse_text,
     None,
-    """Boolean: the run file is written by loguru's background thread (``enqueue=True``); records
-still reach the spool at the call site. Default: false.""",
+    """Boolean: the run file is written by a background thread of nvrx-otel's in each rank's
+main process (not loguru's ``enqueue``, which deadlocks with ``fork``); child processes
+write their lines directly. Records still reach the spool at the call site. Default:
+false.""",
 )
 LOGFLOW_EAGER_ENQUEUE: Final = "LOGFLOW_EAGER_ENQUEUE"
 Setting(
@@ -120,8 +122,10 @@ Setting(
     NVRX_OTEL_LOGURU_ROTATION_SIZE,
     parse_text,
     None,
-    """Archive the run file while running once it reaches this size (``100 MB``, ``512 KB``,
-``2 GB``, bytes without a unit). Default: unset, no rotation by size.""",
+    """Archive the run file while running before a line would take it past this size, in
+loguru's units: ``100 MB`` (decimal: 10**8 bytes), ``100 MiB`` (binary), ``512 KB``,
+``2 GB``, bytes without a unit. Invalid: said once on stderr and ignored. Default: unset,
+no rotation by size.""",
 )
 NVRX_OTEL_LOGURU_ROTATION_INTERVAL: Final = "NVRX_OTEL_LOGURU_ROTATION_INTERVAL"
 Setting(
@@ -129,7 +133,8 @@ Setting(
     parse_text,
     None,
     """Archive the run file while running once it is this old (``30 s``, ``15 min``, ``6 h``,
-``1 d``). Default: unset, no rotation by time.""",
+``1 d``, ``1 week``, ``1 h 30 min``). Invalid: said once on stderr and ignored. Default:
+unset, no rotation by time.""",
 )
 NVRX_OTEL_LOGURU_COMPRESSION: Final = "NVRX_OTEL_LOGURU_COMPRESSION"
 Setting(
@@ -143,9 +148,11 @@ Setting(
     NVRX_OTEL_LOGURU_RELOAD_SIGNAL,
     parse_text,
     None,
-    """A signal name (``SIGHUP``, ``SIGUSR2``, ``SIGRTMIN+3`` ...) that reconfigures the loguru
-front end while running (see ``NVRX_OTEL_LOGURU_RELOAD_ACTION``). Default: unset, off
-(``SIGUSR1`` is Slurm's and Lightning's requeue signal: choose another).""",
+    """A signal name (``SIGRTMIN+3``, ``SIGHUP`` ...) that reconfigures the loguru front end
+while running (see ``NVRX_OTEL_LOGURU_RELOAD_ACTION``); send it to the rank processes.
+Default: unset, off (``SIGUSR1`` is Slurm's and Lightning's requeue signal and refused;
+``SIGUSR2`` is submitit's warning signal and torchrun stops the job on ``SIGHUP`` sent to
+it: ``SIGRTMIN+3`` no launcher uses).""",
 )
 NVRX_OTEL_LOGURU_RELOAD_ACTION: Final = "NVRX_OTEL_LOGURU_RELOAD_ACTION"
 Setting(

@@ -85,7 +85,7 @@ def test_archive_names_never_collide(tmp_path: Path) -> None:
 def test_retention_deletes_only_this_scripts_archives(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     for i in range(4):  # LogFlow-named archives of this script count too
-        _old_run(logs / f"run.2024-01-0{i + 1}_00-00-00.log", "old\n", 1_600_000_000 + i)
+        _old_run(logs / f"run.2020-01-0{i + 1}_00-00-00.log", "old\n", 1_600_000_000 + i)
     keep_others = [
         logs / "other.2024-01-01_00-00-00.log",  # another script's archive
         logs / "other.log",
@@ -99,7 +99,7 @@ def test_retention_deletes_only_this_scripts_archives(tmp_path: Path) -> None:
     configure_logging(script_name="run", retention=2)
     kept = runfile.archives(logs / "run.log")
     assert [p.read_text() for p in kept] == ["last run\n", "old\n"]
-    assert kept[1].name == "run.2024-01-04_00-00-00.log"  # the newest of the old ones
+    assert kept[1].name == "run.2020-01-04_00-00-00.log"  # the newest of the old ones
     assert all(p.exists() for p in keep_others)
 
 

@@ -174,3 +174,46 @@ def test_configured_off_the_main_thread_says_reloading_is_off(
     t.join()
     assert "must run in the main thread" in capfd.readouterr().err
     assert configure._state.reloader is None
+
+
+FORKED_CHILD_SIGNALLED = """
+    import os, signal, time
+    from nvrx_otel.logging import configure_logging, get_logger, shutdown_logging
+    configure_logging(script_name="run", console_level="CRITICAL", file_level="INFO",
+                      reload_signal="SIGHUP")
+    log = get_logger("t")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r); os.write(w, b"x")
+        time.sleep(3); os._exit(0)
+    os.read(r, 1)
+    os.kill(pid, signal.SIGHUP)
+    time.sleep(1)  # a negative test: what the parent's reload thread would have done by now
+    log.debug("parent debug")
+    log.info("parent info")
+    shutdown_logging(); os.waitpid(pid, 0)
+"""
+
+
+def test_reload_signal_to_a_forked_child_leaves_the_parent_alone(tmp_path: Path) -> None:
+    proc = run_script(tmp_path, "run", FORKED_CHILD_SIGNALLED)
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "logs" / "run.log").read_text()
+    assert "parent info" in text and "parent debug" not in text
+    assert "DEBUG on" not in proc.stderr
+
+
+def test_active_config_shows_the_levels_a_reload_applied() -> None:
+    from nvrx_otel import get_active_config
+
+    configure_logging(script_name="run", console_level="WARNING", file_level="INFO",
+                      reload_signal="SIGHUP")  # fmt: skip
+    _signal_and_wait(signal.SIGHUP)
+    row = get_active_config().get("logflow", "file_level")
+    assert row is not None and (row.value, row.source) == ("DEBUG", "reload signal SIGHUP")
+    console = get_active_config().get("logflow", "console_level")
+    assert console is not None and console.value == "DEBUG"
+    _signal_and_wait(signal.SIGHUP)  # off again: the configured levels and their sources
+    row = get_active_config().get("logflow", "file_level")
+    assert row is not None and (row.value, row.source) == ("INFO", "configure_logging() argument")

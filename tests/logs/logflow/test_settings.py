@@ -285,3 +285,36 @@ def test_a_child_takes_its_parents_settings_below_its_arguments(
     environ["NVRX_OTEL_LOGFLOW_PARENT"] = "{not json"
     assert resolve({}, cwd=tmp_path, environ=environ).script_name == "from-env"
     assert "NVRX_OTEL_LOGFLOW_PARENT is malformed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("100 MB", 100_000_000), ("100 MiB", 100 * 2**20), ("512 KB", 512_000), ("512 KiB", 524_288),
+     ("2 GB", 2_000_000_000), ("1.5 GiB", 3 * 2**29), ("4096", 4096), ("10 B", 10)],
+)  # fmt: skip
+def test_sizes_read_as_loguru_reads_them(text: str, size: int) -> None:
+    assert resolve({"rotation_size": text}).rotation_size == size
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("1 week", 604_800.0), ("2 weeks", 1_209_600.0), ("1 h 30 min", 5400.0), ("90", 90.0),
+     ("15 min", 900.0), ("1 d", 86_400.0)],
+)  # fmt: skip
+def test_durations_read_as_loguru_reads_them(text: str, seconds: float) -> None:
+    assert resolve({"rotation_interval": text}).rotation_interval == seconds
+
+
+def test_a_malformed_nvrx_otel_loguru_variable_never_stops_a_rank(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    bad = {"NVRX_OTEL_LOGURU_ROTATION_SIZE": "100 MX", "NVRX_OTEL_LOGURU_RELOAD_SIGNAL": "SIGUSR1"}
+    settings = resolve({}, environ=bad)
+    assert settings.rotation_size is None and settings.reload_signal is None
+    assert settings.sources["rotation_size"] == "default"
+    err = capfd.readouterr().err
+    assert "NVRX_OTEL_LOGURU_ROTATION_SIZE" in err and "NVRX_OTEL_LOGURU_RELOAD_SIGNAL" in err
+    with pytest.raises(ValueError, match="NVRX_OTEL_LOGURU_ROTATION_SIZE"):
+        resolve({}, environ=bad, strict_env=True)  # what the doctor shows as a problem
+    with pytest.raises(ValueError, match="rotation_size"):  # arguments still raise
+        resolve({"rotation_size": "100 MX"})

@@ -34,7 +34,7 @@ from nvrx_otel.logging.logflow.jsonline import json_line
 from nvrx_otel.logging.logflow.levels import CONSOLE, FILE, LevelFilter, ModuleLevels, level_number
 from nvrx_otel.logging.logflow.queued import QueuedFile, encode_text
 from nvrx_otel.logging.logflow.reload import Reloader, Switch, floored
-from nvrx_otel.logging.logflow.runfilewriter import Rotation, RunFile
+from nvrx_otel.logging.logflow.runfilewriter import Rotation, RunFile, losses
 from nvrx_otel.logging.logflow.settings import (
     Settings,
     export_for_children,
@@ -160,6 +160,7 @@ def shutdown_logging() -> None:
     In a forked child there is nothing to wait for: its run-file lines are written
     directly and its spool records at the call."""
     queued.flush_all()
+    losses.report()
     if _state.configured and _state.pid == os.getpid():
         logger.complete()  # loguru's own queues, if the user added enqueued sinks
     try:
@@ -187,9 +188,12 @@ def reset_logging() -> None:
 
 
 def active_settings() -> Settings | None:
-    """The settings the loguru front end runs with in this process (each with its source),
-    None while it is not configured."""
-    return _state.settings if _state.configured else None
+    """The settings the loguru front end runs with in this process (each with its source;
+    levels a reload signal changed say so), None while it is not configured."""
+    st = _state
+    if not st.configured:
+        return None
+    return st.applied_levels if st.applied_levels is not None else st.settings
 
 
 def current_run_file() -> Path | None:
@@ -260,27 +264,42 @@ def _rotates(settings: Settings, per_rank: bool, spooling: bool, rank: int | Non
 
 
 def _prepare_run_file(
-    st: _State, path: Path, settings: Settings, owner: bool
+    st: _State, path: Path, settings: Settings, owner: bool, shared: bool
 ) -> tuple[Path | None, int]:
-    """Create the directory, rotate and pivot; the path to append to and its start."""
+    """Create the directory, rotate and pivot; the path to append to and its start.
+
+    ``shared``: the ranks of the node append to this one node-local file. A change of
+    ``file_format`` (text lines of an implicit configuration, then ``json``) starts a new
+    file: the lines written so far are archived (same path) or left where they are (another
+    path), never mixed into a file of the other format."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         env.warn_once(f"cannot create the log directory {path.parent}: {exc}; no run file")
         return None, 0
     old, old_start = st.run_file, st.run_file_start
+    reformat = (
+        old is not None
+        and st.settings is not None
+        and st.settings.file_format != settings.file_format
+    )
     if owner and path != old:
         try:
             if settings.rotation_on_startup:
-                runfile.rotate(path, settings.retention, settings.compression)
+                runfile.rotate(path, settings.retention, settings.compression, shared=shared)
                 if settings.file_per == "worker":
-                    runfile.purge_workers(path, settings.retention)
+                    runfile.purge_workers(path, settings.retention, shared=shared)
             start = path.stat().st_size if path.exists() else 0
-            if old is not None and st.owns_run_file and old.exists():
+            if old is not None and st.owns_run_file and old.exists() and not reformat:
                 runfile.move_tail(old, old_start, path)
             return path, start
         except OSError as exc:
             env.warn_once(f"cannot rotate the run file {path}: {exc}")
+    elif owner and reformat and st.owns_run_file:
+        try:
+            runfile.archive(path)  # retention applies at the next start
+        except OSError as exc:
+            env.warn_once(f"cannot archive the run file {path}: {exc}")
     try:
         return path, path.stat().st_size
     except OSError:
@@ -310,6 +329,7 @@ def _apply(settings: Settings, *, implicit: bool) -> None:
         runfile.run_file(log_dir, script, rank, per_rank=per_rank, worker=pid if worker else None),
         settings,
         owner,
+        shared=writer is not None and rank is not None and not per_rank and not worker,
     )
     reloadable = settings.reload_signal is not None and main and not settings.inherited
 
@@ -357,7 +377,9 @@ def _apply(settings: Settings, *, implicit: bool) -> None:
                 sink = _file_sink(settings, path, owner, rank, log_dir, script, per_rank)
                 hid = logger.add(sink, **file_options)
             else:
-                hid = logger.add(str(path), mode="a", encoding="utf-8", **file_options)
+                hid = logger.add(  # lone surrogates (undecodable file names) escaped
+                    str(path), mode="a", encoding="utf-8", errors="backslashreplace", **file_options
+                )
             ids.append((hid, FILE))
         except OSError as exc:  # the console and the spool still work
             env.warn_once(f"cannot open the run file {path}: {exc}; no run file")
@@ -434,7 +456,9 @@ def _file_sink(
         def worker_path(child: int) -> Path:
             return runfile.run_file(log_dir, script, rank, per_rank=per_rank, worker=child)
 
-    if settings.enqueue:
+    if settings.enqueue and ranks.is_main_process():
+        # A child (spawn, forkserver) may end with os._exit, before a thread of its own
+        # wrote its queue out: it writes directly, as a forked child does.
         return QueuedFile(file, encode, worker_path)
     return DirectFile(file, encode, worker_path)
 
@@ -490,10 +514,11 @@ def _toggle_debug() -> None:
         if on:
             new = dataclasses.replace(
                 base,
-                file_level=_DEBUG if level_number(base.file_level) > _DEBUG else base.file_level,
+                file_level="DEBUG" if level_number(base.file_level) > _DEBUG else base.file_level,
                 console_level=(
-                    _DEBUG if level_number(base.console_level) > _DEBUG else base.console_level
+                    "DEBUG" if level_number(base.console_level) > _DEBUG else base.console_level
                 ),
+                sources=_reloaded_sources(base, ("file_level", "console_level")),
             )
         _switch(st, new)
         state = "on" if on else "off"
@@ -525,6 +550,9 @@ def _reload_files() -> None:
             file_level=fresh.file_level,
             console_level=fresh.console_level,
             module_levels=fresh.module_levels,
+            sources=_reloaded_sources(
+                st.settings, ("file_level", "console_level", "module_levels")
+            ),
         )
         _switch(st, levels_only)
         restart = [key for key in _RESTART_KEYS if getattr(fresh, key) != getattr(st.settings, key)]
@@ -535,6 +563,13 @@ def _reload_files() -> None:
             f"{st.settings.reload_signal}: levels reloaded (file level {fresh.file_level}, "
             f"console level {fresh.console_level}, {len(fresh.module_levels)} module rules){note}"
         )
+
+
+def _reloaded_sources(base: Settings, keys: tuple[str, ...]) -> dict[str, str]:
+    sources = dict(base.sources)
+    for key in keys:
+        sources[key] = f"reload signal {base.reload_signal}"
+    return sources
 
 
 def _switch(st: _State, new: Settings) -> None:

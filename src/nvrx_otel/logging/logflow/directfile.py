@@ -8,9 +8,8 @@ import os
 import weakref
 from typing import Any
 
-from nvrx_otel import env
-from nvrx_otel.logging.logflow.queued import Encode, encode_text
-from nvrx_otel.logging.logflow.runfilewriter import PathFor, RunFile
+from nvrx_otel.logging.logflow.queued import Encode, encode_or_fallback, encode_text
+from nvrx_otel.logging.logflow.runfilewriter import PathFor, RunFile, losses
 
 
 class DirectFile:
@@ -32,14 +31,11 @@ class DirectFile:
     def write(self, message: Any) -> None:
         if self.closed:
             return
+        data = encode_or_fallback(self.encode, message)
         try:
-            self.file.append(self.encode(message))
-        except OSError as exc:  # disk full or gone: the spool still has the record
-            env.warn_once(f"cannot write the run file {self.file.path}: {exc}")
-        except Exception as exc:  # telemetry never breaks the log call
-            from nvrx_otel.logging.handler import report_error
-
-            report_error("cannot write a run-file line", exc, lost=False)
+            self.file.append(data)
+        except Exception as exc:  # disk full or gone: the spool still has the record
+            losses.add(self.file.path, exc)
 
     def stop(self) -> None:
         if not self.closed:

@@ -56,6 +56,29 @@ def json_line(record: Any, rank: int | None) -> bytes:
             out["span_id"] = format(ctx.span_id, "016x")
     try:
         return orjson.dumps(out, default=_default, option=_OPTIONS)
-    except (TypeError, orjson.JSONEncodeError):  # e.g. a cycle in extra: keep the record
-        out["extra"] = repr(out.get("extra"))
-        return orjson.dumps(out, default=_default, option=_OPTIONS)
+    except Exception:  # a cycle in extra, a lone surrogate, a repr that raises: keep it
+        return orjson.dumps(_safe(out), option=_OPTIONS)
+
+
+def _safe(value: Any, depth: int = 0) -> Any:
+    """``value`` made encodable: strings with lone surrogates escaped, what JSON has no
+    type for (and anything nested deeper than a few levels) as its repr, a repr that
+    fails as a note."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("ascii", "replace")
+    if value is None or isinstance(value, (bool, int, float)):
+        return value if not isinstance(value, int) or -(2**63) <= value < 2**64 else str(value)
+    if isinstance(value, dict) and depth < 8:
+        return {_safe(str(k) if not isinstance(k, str) else k): _safe(v, depth + 1)
+                for k, v in value.items()}  # fmt: skip
+    if isinstance(value, (list, tuple)) and depth < 8:
+        return [_safe(v, depth + 1) for v in value]
+    try:
+        text = repr(value)
+    except Exception as exc:  # a broken __repr__
+        text = f"<{type(value).__name__}: repr failed: {type(exc).__name__}>"
+    return _safe(text)

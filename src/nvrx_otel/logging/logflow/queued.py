@@ -27,7 +27,7 @@ import time
 import weakref
 from typing import Any, Final
 
-from nvrx_otel.logging.logflow.runfilewriter import PathFor, RunFile
+from nvrx_otel.logging.logflow.runfilewriter import PathFor, RunFile, losses, safe_text
 
 _STOP: Final = object()
 _GATHER_S: Final = 0.005
@@ -39,8 +39,23 @@ Encode = Any  # Callable[[loguru.Message], bytes]
 
 
 def encode_text(message: Any) -> bytes:
-    """The formatted line as loguru made it."""
-    return str(message).encode("utf-8", "replace")
+    """The formatted line as loguru made it (lone surrogates escaped)."""
+    return safe_text(str(message))
+
+
+def encode_or_fallback(encode: Encode, message: Any) -> bytes:
+    """``encode(message)``, or when that fails a line that still keeps the message."""
+    try:
+        return encode(message)  # type: ignore[no-any-return]
+    except Exception as exc:  # telemetry never breaks the log call, nor loses the line
+        from nvrx_otel.logging.handler import report_error
+
+        report_error("cannot encode a run-file line", exc, lost=False)
+        try:
+            text = str(message.record["message"])
+        except Exception:
+            text = "<the message could not be read>"
+        return safe_text(f"<run-file line not encoded: {type(exc).__name__}> {text}\n")
 
 
 class QueuedFile:
@@ -67,20 +82,17 @@ class QueuedFile:
         """Called by loguru in the logging thread with one formatted line."""
         if self.closed:
             return
-        try:
-            data = self.encode(message)
-        except Exception as exc:  # telemetry never breaks the log call
-            from nvrx_otel.logging.handler import report_error
-
-            report_error("cannot write a run-file line", exc, lost=False)
-            return
-        if os.getpid() == self.owner:
+        data = encode_or_fallback(self.encode, message)
+        if os.getpid() == self.owner and self._thread.is_alive():
             self._queue.put(data)
-        else:  # a forked child: no writer thread here
-            try:
-                self.file.append(data)
-            except OSError:
-                pass  # the child's run-file line is lost; its spool record is not
+        else:  # a forked child (no writer thread here), or the thread is gone
+            self._write([data])
+
+    def _write(self, lines: list[bytes]) -> None:
+        try:
+            self.file.append_lines(lines)
+        except Exception as exc:  # disk full or gone: the spool still has every record
+            losses.add(self.file.path, exc, len(lines))
 
     def flush_queue(self, timeout: float = 10.0) -> bool:
         """Wait until every line queued so far is written (in the owning process)."""
@@ -97,10 +109,33 @@ class QueuedFile:
         if os.getpid() == self.owner and self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join(30)
+        elif os.getpid() == self.owner:  # the thread died: write what it left
+            self._write_left()
         self.closed = True
         self.file.close()
 
+    def _write_left(self) -> None:
+        left: list[bytes] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, threading.Event):
+                item.set()
+            elif isinstance(item, bytes):
+                left.append(item)
+        if left:
+            self._write(left)
+
     def _drain(self) -> None:
+        try:
+            self._drain_batches()
+        except BaseException as exc:  # never expected: the callers write directly from now
+            losses.add(self.file.path, exc, 0)
+            self._write_left()
+
+    def _drain_batches(self) -> None:
         q = self._queue
         running = True
         while running:
@@ -121,10 +156,7 @@ class QueuedFile:
                 except queue.Empty:
                     break
             if batch:
-                try:
-                    self.file.append(b"".join(batch))
-                except OSError:
-                    pass  # disk full or gone: the spool still has every record
+                self._write(batch)  # never raises
             for waiter in waiters:
                 waiter.set()
 

@@ -4,7 +4,9 @@ A signal of the user's choice (none by default: SIGUSR1 is Slurm's and Lightning
 signal) either toggles DEBUG on the run file, the spool and the console, or reads the
 configuration files and the environment again and applies their levels. The signal
 handler only writes a byte to a pipe; a daemon thread does the work, so nothing runs in
-the interrupted frame (which may hold loguru's or logging's locks).
+the interrupted frame (which may hold loguru's or logging's locks). Only the process that
+installed it acts on the signal: a forked child inherits the handler and the pipe, and the
+signal sent to the child does nothing there (it must not reach the parent's thread).
 
 No record is lost across the switch: the handlers stay as they are and only their filter
 changes. Each handler's filter is a :class:`Switch` whose ``current`` function is replaced
@@ -69,6 +71,8 @@ class Reloader:
         signal.signal(self.number, self._handler)
 
     def _handler(self, signum: int, frame: Any) -> None:
+        if os.getpid() != self.pid:  # a forked child inherited the handler and the pipe:
+            return  # the signal is not the installing process's, and must not reach it
         try:
             os.write(self.write_fd, b"r")
         except OSError:

@@ -7,7 +7,8 @@
   added if that name exists). The name is taken with ``link`` + ``unlink``, which never
   replaces an existing file, so two archives never collide.
 - Retention keeps the newest ``retention`` archives of this run file's stem (ours and
-  LogFlow's second-precision names) and deletes older ones; no other file is touched.
+  LogFlow's second-precision names; newest by the timestamp in the name, then mtime) and
+  deletes older ones; no other file is touched.
 """
 
 from __future__ import annotations
@@ -63,13 +64,14 @@ def run_file(
     return log_dir / f"{stem}.log"
 
 
-def purge_workers(path: Path, retention: int) -> list[Path]:
-    """Delete the worker files of ``path``'s stem (and their archives) that belong to runs
-    retention no longer keeps: older than the oldest archive of ``path`` it keeps, or, with
-    ``retention`` 0, older than now. Returns the deleted."""
+def purge_workers(path: Path, retention: int, *, shared: bool = False) -> list[Path]:
+    """Delete the worker files of ``path``'s stem (their archives and lock files too) that
+    belong to runs retention no longer keeps: older than the oldest archive of ``path`` it
+    keeps, or, with ``retention`` 0, older than now (``shared``: than this run's start, so
+    the workers of a rank that started first keep their files). Returns the deleted."""
     kept = archives(path)[:retention]
     if retention == 0:
-        cutoff = time.time()
+        cutoff = run_start() if shared else time.time()
     elif len(kept) < retention:
         return []
     else:
@@ -78,8 +80,8 @@ def purge_workers(path: Path, retention: int) -> list[Path]:
         except OSError:
             return []
     pattern = re.compile(
-        re.escape(path.stem + WORKER_INFIX) + r"\d+(?:" + ARCHIVE_SUFFIX + r"|\.log)"
-    )
+        re.escape(path.stem + WORKER_INFIX) + r"\d+(?:" + ARCHIVE_SUFFIX + r"|\.log|\.log\.lock)"
+    )  # with the rotation lock file a worker made
     deleted = []
     try:
         entries = list(os.scandir(path.parent))
@@ -163,8 +165,23 @@ def archive(path: Path) -> Path | None:
     raise OSError(f"no free archive name for {path}")
 
 
+_STAMP: Final = re.compile(
+    r"\.(\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2})(?:\.(\d{6}))?(?:-(\d+))?\.log(?:\.gz)?$"
+)
+
+
+def _age_key(name: str, mtime: float) -> tuple[str, str, int, float]:
+    """Newer sorts higher: the timestamp in the name (a clock stepped back does not make
+    old archives look new), its counter, then the mtime."""
+    m = _STAMP.search(name)
+    if m is None:
+        return ("", "", 0, mtime)
+    return (m[1], m[2] or "000000", int(m[3] or 0), mtime)
+
+
 def archives(path: Path) -> list[Path]:
-    """The archives of ``path``'s stem, newest first (by mtime, then name)."""
+    """The archives of ``path``'s stem, newest first (by the timestamp in the name, then
+    mtime)."""
     pattern = re.compile(re.escape(path.stem) + ARCHIVE_SUFFIX)
     found = []
     try:
@@ -177,11 +194,58 @@ def archives(path: Path) -> list[Path]:
             continue  # being compressed: the .gz is the same archive
         if pattern.fullmatch(entry.name):
             try:
-                found.append((entry.stat().st_mtime, entry.name, Path(entry.path)))
+                found.append((_age_key(entry.name, entry.stat().st_mtime), Path(entry.path)))
             except OSError:
                 continue
     found.sort(reverse=True)
-    return [p for _, _, p in found]
+    return [p for _, p in found]
+
+
+def worker_archives(path: Path) -> list[Path]:
+    """The plain (uncompressed) archives of ``path``'s workers (a worker ending with
+    ``os._exit`` leaves its last ones plain)."""
+    pattern = re.compile(
+        re.escape(path.stem + WORKER_INFIX) + r"\d+" + ARCHIVE_SUFFIX.replace(r"(?:\.gz)?", "")
+    )
+    found = []
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return []
+    names = {entry.name for entry in entries}
+    for entry in entries:
+        if pattern.fullmatch(entry.name) and entry.name + ".gz" not in names:
+            found.append(Path(entry.path))
+    return found
+
+
+def process_start(pid: int | str = "self") -> float:
+    """When a process (default: this one) started, in epoch seconds; this module's import
+    time if unknown."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(stat_line.rsplit(")", 1)[1].split()[19])
+        btime = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return _IMPORTED
+
+
+def run_start() -> float:
+    """When this run started on this node, as far as this process can tell: the earlier of
+    its own start and its parent's (the launcher that started the node's ranks: srun's
+    slurmstepd, torchrun's agent, mpirun's daemon), so a rank that started a moment
+    before this one counts as this run."""
+    own = process_start()
+    parent = process_start(os.getppid()) if os.getppid() > 1 else own
+    return min(own, parent)
+
+
+_IMPORTED: Final = time.time()
 
 
 def purge(path: Path, keep: int) -> list[Path]:
@@ -196,15 +260,30 @@ def purge(path: Path, keep: int) -> list[Path]:
     return deleted
 
 
-def rotate(path: Path, retention: int, compression: str = "none") -> Path | None:
+def rotate(
+    path: Path, retention: int, compression: str = "none", *, shared: bool = False
+) -> Path | None:
     """Startup rotation: archive ``path`` if it has content, then apply retention. With
     ``compression`` ``gz`` a background thread gzips it — and any archive a killed process
-    left plain — after the grace other writers get to move on, then applies retention."""
-    made = archive(path)
+    left plain, the workers' too — after the grace other writers get to move on, then
+    applies retention.
+
+    ``shared`` (the ranks of a node append to one node-local file): a file written since
+    this run started (:func:`run_start`) holds lines of this run (a rank that started
+    first) and is not archived; it keeps the previous run's lines above them."""
+    started = run_start()
+    made = None
+    try:
+        fresh = shared and path.stat().st_mtime >= started
+    except OSError:
+        fresh = False
+    if not fresh:
+        made = archive(path)
     if compression == "gz":
         from nvrx_otel.logging.logflow.runfilewriter import finish_archive
 
         plain = [p for p in archives(path) if p.suffix == ".log"]
+        plain += worker_archives(path)
         if plain:
             threading.Thread(
                 target=finish_archive,

@@ -85,39 +85,56 @@ def _check_name(value: Any) -> str:
     raise Invalid("a file name stem without path separators")
 
 
-_SIZE_UNITS: Final = {"": 1, "b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
 _TIME_UNITS: Final = {
-    "s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0,
-    "m": 60.0, "min": 60.0, "minute": 60.0, "minutes": 60.0,
+    "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
+    "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
     "h": 3600.0, "hour": 3600.0, "hours": 3600.0,
     "d": 86400.0, "day": 86400.0, "days": 86400.0,
+    "w": 604800.0, "week": 604800.0, "weeks": 604800.0,
 }  # fmt: skip
+_SIZE: Final = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(?:([kmgtpe]?)(i?)b)?\s*", re.IGNORECASE)
+_DURATION_PART: Final = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*,?", re.IGNORECASE)
 
 
 def _check_size(value: Any) -> int:
-    """``100 MB``, ``512KB``, ``2 GB`` or a byte count: bytes (> 0)."""
+    """A byte count, or loguru's spelling: ``100 MB`` (decimal, 10**8 bytes), ``100 MiB``
+    (binary, 100 * 2**20), ``512 KB``, ``2 GB``; ``B`` and ``b`` both mean bytes."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     if isinstance(value, str):
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", value)
-        if m and m[2].lower() in _SIZE_UNITS:
-            size = int(float(m[1]) * _SIZE_UNITS[m[2].lower()])
+        m = _SIZE.fullmatch(value)
+        if m:
+            base = 1024 if m[3] else 1000
+            size = int(float(m[1]) * base ** ("kmgtpe".index(m[2].lower()) + 1 if m[2] else 1))
+            if not m[2]:
+                size = int(float(m[1]))
             if size > 0:
                 return size
-    raise Invalid("a size such as 100 MB, 512 KB or a number of bytes (> 0)")
+    raise Invalid("a size such as 100 MB, 100 MiB, 512 KB or a number of bytes (> 0)")
 
 
 def _check_interval(value: Any) -> float:
-    """``30 s``, ``15 min``, ``6 h``, ``1 d`` or seconds: seconds (> 0)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+    """Seconds, or ``30 s``, ``15 min``, ``6 h``, ``1 d``, ``1 week``, ``1 h 30 min``."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and 0 < value < float("inf"):
         return float(value)
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", value)
-        if m and (m[2].lower() in _TIME_UNITS or not m[2]):
-            seconds = float(m[1]) * _TIME_UNITS.get(m[2].lower(), 1.0)
+    if isinstance(value, str) and value.strip():
+        seconds, pos, text = 0.0, 0, value.strip()
+        while pos < len(text):
+            m = _DURATION_PART.match(text, pos)
+            if m is None or m.end() == pos:
+                break
+            unit = m[2].lower()
+            if unit not in _TIME_UNITS and unit:
+                break
+            if not unit and (pos > 0 or m.end() < len(text)):
+                break  # a bare number only alone
+            seconds += float(m[1]) * _TIME_UNITS.get(unit, 1.0)
+            pos = m.end()
+        else:
             if seconds > 0:
                 return seconds
-    raise Invalid("a duration such as 30 s, 15 min, 6 h or 1 d (> 0)")
+    raise Invalid("a duration such as 30 s, 15 min, 6 h, 1 d, 1 week or 1 h 30 min (> 0)")
 
 
 def _choice(*options: str) -> Callable[[Any], str]:
@@ -144,7 +161,7 @@ def _check_signal(value: Any) -> str:
         if known and name not in _RESERVED_SIGNALS:
             return name
     raise Invalid(
-        "a signal name such as SIGHUP, SIGUSR2 or SIGRTMIN+3 (not "
+        "a signal name such as SIGRTMIN+3 or SIGHUP (not "
         + ", ".join(sorted(_RESERVED_SIGNALS))
         + ")"
     )
@@ -156,6 +173,9 @@ _RESERVED_SIGNALS: Final = frozenset(
 )  # fmt: skip
 """Signals the reload cannot take: uncatchable, the ones that end or requeue a job (Slurm's
 and Lightning's requeue is SIGUSR1), and the ones that report a crash."""
+
+
+_OUR_ENV: Final = "environment variable NVRX_OTEL_LOGURU_"
 
 
 @dataclass(frozen=True)
@@ -414,9 +434,12 @@ def resolve(
     *,
     cwd: Path | None = None,
     environ: Mapping[str, str] | None = None,
+    strict_env: bool = False,
 ) -> Settings:
     """The settings from ``arguments`` (None = not given) and the other layers; raises
-    ``ValueError`` for an unknown key or an invalid value anywhere."""
+    ``ValueError`` for an unknown key or an invalid value anywhere, except an invalid
+    ``NVRX_OTEL_LOGURU_*`` variable (unless ``strict_env``): that one is said once on
+    stderr and left out, as nvrx-otel's other variables are."""
     unknown = set(arguments) - set(_BY_KEY)
     if unknown:
         raise TypeError(f"configure_logging() got unknown arguments: {', '.join(sorted(unknown))}")
@@ -430,7 +453,15 @@ def resolve(
     sources: dict[str, str] = {}
     for layer in layers:  # check every value in every layer, not only the winners
         for key, raw in layer.values.items():
-            value = _checked(_BY_KEY[key], raw, layer.source(key))
+            where = layer.source(key)
+            try:
+                value = _checked(_BY_KEY[key], raw, where)
+            except ValueError as exc:
+                if strict_env or not where.startswith(_OUR_ENV):
+                    raise
+                # nvrx-otel's own variables never stop a rank: said once, default used
+                env.warn_once(f"{exc}; using the next source or the default")
+                continue
             if key not in values:
                 values[key] = value
                 sources[key] = layer.source(key)

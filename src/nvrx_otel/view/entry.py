@@ -19,6 +19,16 @@ class Loss:
     reason: str
 
 
+@dataclass(frozen=True)
+class Collapsed:
+    """What a record the aggregator's de-duplication window collapsed stands for: ``count``
+    identical records from ``ranks`` (its ``nv.nvrx.dedup.*`` attributes, or the node log's
+    `` [repeated <N>x across ranks <ranges>]``)."""
+
+    count: int
+    ranks: tuple[int, ...]
+
+
 @dataclass(eq=False, slots=True)
 class Entry:
     """One log record as the view sees it, whichever file it came from.
@@ -44,6 +54,7 @@ class Entry:
     loss: Loss | None
     path: str  # the file it was read from (one string object per file)
     number: int  # the number of its (first) line there
+    collapsed: Collapsed | None = None  # the aggregator collapsed identical records into it
 
     @property
     def origin(self) -> str:

@@ -105,13 +105,14 @@ class Health:
         self._mark_time, self._mark_written = now, self.written
         return rate
 
-    def status(self, *, backlog: int, live: int) -> str:
+    def status(self, *, backlog: int, live: int, held: int = 0) -> str:
         lag = (time.time_ns() - self.last_ts) / 1e9 if backlog and self.last_ts else 0.0
         return (
             f"status: lag {max(lag, 0.0):.1f} s, backlog {human_bytes(backlog)}, "
             f"{self.rate():.0f} records/s, {self.written} written, {self.dropped} dropped, "
             f"{self.corrupt} corrupt, {plural(len(self.writers), 'writer')} ({live} live)"
             + (f", {self.collapsed} collapsed" if self.collapsed else "")
+            + (f", {held} held by the dedup window" if held else "")
         )
 
     def summary(

@@ -458,7 +458,12 @@ class Aggregator(Progress):
         )
 
     def _status(self) -> None:
-        say(self.health.status(backlog=self._spool.backlog(), live=self._spool.live_writers()))
+        held = self._dedup.held if self._dedup is not None else 0
+        say(
+            self.health.status(
+                backlog=self._spool.backlog(), live=self._spool.live_writers(), held=held
+            )
+        )
 
     def _scan_other_jobs(self) -> None:
         for line in self.health.scan_other_jobs(self.config.spool_root, self.job_dir):

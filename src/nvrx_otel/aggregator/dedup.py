@@ -29,6 +29,7 @@ one passed on. A window straddling a flush gives two collapsed records, not one.
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -36,7 +37,6 @@ from typing import Any, Final
 import orjson
 
 from nvrx_otel import semconv
-from nvrx_otel.aggregator import reports
 from nvrx_otel.aggregator.reader import Chunk, SpoolFile
 from nvrx_otel.nodeline import ranges
 
@@ -138,21 +138,37 @@ class DedupWindow:
 
     def _collapse(self, chunks: list[Chunk]) -> None:
         window = self.window_ns
-        open_groups: dict[Key, _Group] = {}
+        # per key: the one record seen so far (chunk index, record index, rank, ts), or its
+        # group once a second joined; most records stay alone, so no group is made for them
+        seen: dict[Key, tuple[int, int, int, int] | _Group] = {}
         groups: list[_Group] = []
         for ci, chunk in enumerate(chunks):
             loss = chunk.reports
             for ri, d in enumerate(chunk.records):
-                if ri in loss:
-                    continue
-                key = _key(d)
+                rank = d.get("rank")
+                ts = d.get("ts")
+                if rank.__class__ is not int or ts.__class__ is not int or (loss and ri in loss):
+                    continue  # no rank or time, or a loss report: never collapsed
+                try:
+                    key: Key | None = _SITE(d)
+                except KeyError:
+                    key = _key_of_odd(d)
+                if "attrs" in d or "exc" in d:
+                    key = _with_extras(key, d)
                 if key is None:
                     continue
-                rank, ts = d["rank"], d["ts"]
-                g = open_groups.get(key)
-                if g is None or rank in g.ranks or max(g.last, ts) - min(g.first, ts) > window:
-                    g = open_groups[key] = _Group((ci, ri), rank, ts)
+                g = seen.get(key)
+                if g is None:
+                    seen[key] = (ci, ri, rank, ts)
+                    continue
+                if isinstance(g, tuple):
+                    if rank == g[2] or abs(ts - g[3]) > window:
+                        seen[key] = (ci, ri, rank, ts)  # a new record alone for this key
+                        continue
+                    g = seen[key] = _Group((g[0], g[1]), g[2], g[3])
                     groups.append(g)
+                if rank in g.ranks or max(g.last, ts) - min(g.first, ts) > window:
+                    seen[key] = (ci, ri, rank, ts)  # a new group for this key
                     continue
                 g.members.append((ci, ri))
                 g.ranks.add(rank)
@@ -163,8 +179,6 @@ class DedupWindow:
                     g.last = ts
         gone: dict[int, set[int]] = {}
         for g in groups:
-            if len(g.members) < 2:
-                continue
             ci, ri = g.leader
             chunk = chunks[ci]
             leader = chunk.records[ri]
@@ -186,11 +200,19 @@ class DedupWindow:
             _remove(chunks[ci], indices)
 
 
-def _key(d: dict[str, Any]) -> Key | None:
-    """What makes records identical; None for one that never collapses."""
-    rank = d.get("rank")
-    ts = d.get("ts")
-    if rank.__class__ is not int or ts.__class__ is not int or d.get("lg") == reports.LOGGER:
+_SITE: Final = operator.itemgetter("msg", "line", "lvl", "lg", "path")
+"""What makes records identical, in the common case (every field there)."""
+
+
+def _key_of_odd(d: dict[str, Any]) -> Key:
+    """:data:`_SITE` of a record missing some of its fields (``file`` for ``path``)."""
+    return (d.get("msg"), d.get("line"), d.get("lvl"), d.get("lg"), d.get("path") or d.get("file"))
+
+
+def _with_extras(key: Key | None, d: dict[str, Any]) -> Key | None:
+    """``key`` with the exception text and the attributes; None when the attributes cannot
+    be compared (never collapsed)."""
+    if key is None:
         return None
     attrs = d.get("attrs")
     if attrs:
@@ -198,15 +220,7 @@ def _key(d: dict[str, Any]) -> Key | None:
             attrs = orjson.dumps(attrs, option=orjson.OPT_SORT_KEYS)
         except (TypeError, orjson.JSONEncodeError):
             return None
-    return (
-        d.get("lvl"),
-        d.get("lg"),
-        d.get("path") or d.get("file"),
-        d.get("line"),
-        d.get("msg"),
-        d.get("exc"),
-        attrs,
-    )
+    return (*key, d.get("exc"), attrs)
 
 
 def _remove(chunk: Chunk, indices: set[int]) -> None:

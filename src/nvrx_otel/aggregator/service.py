@@ -351,7 +351,15 @@ class Aggregator(Progress):
                 if more or budget <= 0:
                     backlog = True  # more to read in this file, or the cycle's budget is spent
                     break  # the rest of this file before the writer's next file
-        if self._dedup is not None and self._dedup.due():
+        dedup = self._dedup
+        if (
+            dedup is not None
+            and dedup.holding
+            and (
+                dedup.due()  # a drain with every writer gone and read waits for no window
+                or (self.stop_reason is not None and not backlog and self._spool.drained())
+            )
+        ):
             self._flush_dedup()
         if self._merge is not None:
             self._out.released(self._merge.pop(time.time_ns()))

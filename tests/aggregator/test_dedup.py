@@ -308,3 +308,16 @@ def test_aggregator_killed_mid_window_restarts_without_loss_or_duplicate(tmp_pat
     assert len(set(kept)) == len(kept)
     assert "collapsed 62 records into identical ones" in err
     assert len(kept) + 62 + dropped + corrupt == 4 * 32
+
+
+def test_rank_filter_of_the_view_finds_a_collapsed_record_by_any_of_its_ranks() -> None:
+    from nvrx_otel.view.filters import Filters, parse_ranks
+
+    line = (
+        "2026-12-01 08:23:09,323 [ERROR] [n1] [workload:0(0) infra:?(?)] train.py:42 "
+        f"{STORM} [repeated 3x across ranks 0,7-8]"
+    )
+    e = parse_head(line, "node log", 1, 0)
+    assert e is not None and e.collapsed is not None and e.collapsed.ranks == (0, 7, 8)
+    assert Filters(ranks=parse_ranks("8"))(e)
+    assert not Filters(ranks=parse_ranks("1-6"))(e)

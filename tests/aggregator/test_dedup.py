@@ -185,6 +185,10 @@ def test_storm_becomes_one_record_in_node_log_sinks_and_otlp_json(tmp_path: Path
     assert len(kept) + collapsed + dropped + corrupt == emitted
     assert (agg.health.collapsed, agg.health.dropped, agg.health.corrupt) == (collapsed, 5, 1)
     assert agg._totals["collapsed"] == collapsed
+    # per writer, the node log accounts for every record (for rotation reports)
+    stats = agg._log.stats
+    assert sum(entry[2] for entry in stats.values()) == emitted
+    assert all(stats[f"{r + 1:016x}"][2] == 2 for r in ranks if r != 40)
     (storm,) = [d for d in captured if d["msg"] == STORM]
     assert storm["attrs"][semconv.DEDUP_COUNT] == 64
     assert storm["attrs"][semconv.DEDUP_RANKS] == "0-39,41-63,70"
@@ -321,3 +325,21 @@ def test_rank_filter_of_the_view_finds_a_collapsed_record_by_any_of_its_ranks() 
     assert e is not None and e.collapsed is not None and e.collapsed.ranks == (0, 7, 8)
     assert Filters(ranks=parse_ranks("8"))(e)
     assert not Filters(ranks=parse_ranks("1-6"))(e)
+
+
+def test_ranks_repeating_a_line_make_one_record_per_repeat() -> None:
+    """Three ranks each log the same line three times (read file by file): three collapsed
+    records of three ranks each, in each rank's order, never two records of one rank."""
+    window = DedupWindow(1000)
+    t = 1_700_000_000_000_000_000
+    chunks = [_chunk(_file(r), [_rec(r, t + i * 1000 + r) for i in range(3)]) for r in range(3)]
+    for c in chunks:
+        window.add(c, 0)
+    window.flush()
+    kept = chunks[0].records
+    assert [len(c.records) for c in chunks] == [3, 0, 0]
+    assert [d["attrs"][semconv.DEDUP_COUNT] for d in kept] == [3, 3, 3]
+    assert [d["attrs"][semconv.DEDUP_RANKS] for d in kept] == ["0-2"] * 3
+    assert [d["attrs"][semconv.DEDUP_FIRST_TIME] for d in kept] == [t, t + 1000, t + 2000]
+    assert [d["attrs"][semconv.DEDUP_LAST_TIME] for d in kept] == [t + 2, t + 1002, t + 2002]
+    assert window.collapsed == 6 and window.groups == 3

@@ -11,8 +11,9 @@ line), message text, exception text and attributes. The spool keeps the formatte
 only (``record.py`` has no template and arguments), so "the same message template" is the
 same formatted text here: a message that embeds the rank or a step number differs per rank
 and is never collapsed. Within one flush, identical records of *distinct* ranks whose times
-lie within the window of each other form a group (a second record of a rank already in the
-group starts a new group: one rank repeating itself is not a storm across ranks). A group
+lie within the window of each other form a group; a rank's second identical record goes to
+the second group, and so on (one rank repeating itself is not a storm across ranks: 512
+ranks logging the same line three times make three records of 512). A group
 of two or more becomes its earliest record with the attributes ``nv.nvrx.dedup.count``,
 ``.ranks`` (``0-127,130``), ``.first_time`` and ``.last_time`` (ns); the others leave their
 chunks and are counted as *collapsed*. Loss reports, records without a rank and
@@ -54,6 +55,37 @@ class _Group:
         self.members = [at]
         self.ranks = {rank}
         self.first = self.last = ts
+
+
+class _Slot:
+    """The groups of one key, in the order they were opened. A rank's identical records
+    come in its file's order: its first goes to the first group, its second to the
+    second, and so on (``pos``), each to the next group whose time span it fits in."""
+
+    __slots__ = ("groups", "pos")
+
+    def __init__(self, first: _Group) -> None:
+        self.groups = [first]
+        self.pos = {next(iter(first.ranks)): 1}
+
+    def place(self, at: tuple[int, int], rank: int, ts: int, window: int) -> None:
+        groups = self.groups
+        i = self.pos.get(rank, 0)
+        while i < len(groups):
+            g = groups[i]
+            if max(g.last, ts) - min(g.first, ts) <= window and rank not in g.ranks:
+                g.members.append(at)
+                g.ranks.add(rank)
+                if ts < g.first:
+                    g.first = ts
+                    g.leader = at
+                elif ts > g.last:
+                    g.last = ts
+                break
+            i += 1
+        else:
+            groups.append(_Group(at, rank, ts))
+        self.pos[rank] = i + 1
 
 
 class DedupWindow:
@@ -139,9 +171,9 @@ class DedupWindow:
     def _collapse(self, chunks: list[Chunk]) -> None:
         window = self.window_ns
         # per key: the one record seen so far (chunk index, record index, rank, ts), or its
-        # group once a second joined; most records stay alone, so no group is made for them
-        seen: dict[Key, tuple[int, int, int, int] | _Group] = {}
-        groups: list[_Group] = []
+        # groups once a second came; most records stay alone, so no group is made for them
+        seen: dict[Key, tuple[int, int, int, int] | _Slot] = {}
+        slots: list[_Slot] = []
         for ci, chunk in enumerate(chunks):
             loss = chunk.reports
             for ri, d in enumerate(chunk.records):
@@ -157,26 +189,15 @@ class DedupWindow:
                     key = _with_extras(key, d)
                 if key is None:
                     continue
-                g = seen.get(key)
-                if g is None:
+                slot = seen.get(key)
+                if slot is None:
                     seen[key] = (ci, ri, rank, ts)
                     continue
-                if isinstance(g, tuple):
-                    if rank == g[2] or abs(ts - g[3]) > window:
-                        seen[key] = (ci, ri, rank, ts)  # a new record alone for this key
-                        continue
-                    g = seen[key] = _Group((g[0], g[1]), g[2], g[3])
-                    groups.append(g)
-                if rank in g.ranks or max(g.last, ts) - min(g.first, ts) > window:
-                    seen[key] = (ci, ri, rank, ts)  # a new group for this key
-                    continue
-                g.members.append((ci, ri))
-                g.ranks.add(rank)
-                if ts < g.first:
-                    g.first = ts
-                    g.leader = (ci, ri)
-                elif ts > g.last:
-                    g.last = ts
+                if isinstance(slot, tuple):
+                    slot = seen[key] = _Slot(_Group((slot[0], slot[1]), slot[2], slot[3]))
+                    slots.append(slot)
+                slot.place((ci, ri), rank, ts, window)
+        groups = [g for slot in slots for g in slot.groups if len(g.members) > 1]
         gone: dict[int, set[int]] = {}
         for g in groups:
             ci, ri = g.leader

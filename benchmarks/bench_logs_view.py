@@ -89,12 +89,13 @@ def prepare(directory: Path, records: int) -> int:
     return total
 
 
-def _run(directory: Path, *flags: str) -> dict[str, float]:
+def measure(*args: str) -> dict[str, float]:
+    """Wall time and peak RSS of ``nvrx-otel ARGS`` as a process writing to /dev/null."""
     with tempfile.NamedTemporaryFile() as hwm:
         env = dict(os.environ, BENCH_HWM_FILE=hwm.name)
         start = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-c", _HWM, "logs", str(directory), *flags],
+            [sys.executable, "-c", _HWM, *args],
             env=env,
             stdout=subprocess.DEVNULL,
             check=True,
@@ -102,6 +103,10 @@ def _run(directory: Path, *flags: str) -> dict[str, float]:
         wall = time.perf_counter() - start
         rss_kib = int(Path(hwm.name).read_text() or "0")
     return {"wall_s": wall, "peak_rss_mib": rss_kib / 1024}
+
+
+def _run(directory: Path, *flags: str) -> dict[str, float]:
+    return measure("logs", str(directory), *flags)
 
 
 def run(records: int = 1_000_000) -> dict[str, Any]:
@@ -129,9 +134,13 @@ def run(records: int = 1_000_000) -> dict[str, Any]:
     return out
 
 
-if __name__ == "__main__":
-    result = run(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000)
+def show(result: dict[str, Any]) -> None:
+    """Print a run's result, section by section."""
     for section, values in result.items():
         print(section)
         for key, value in values.items():
             print(f"  {key:24s} {value:,.2f}")
+
+
+if __name__ == "__main__":
+    show(run(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000))

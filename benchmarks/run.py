@@ -78,6 +78,12 @@ def _logs_view(quick: bool) -> dict[str, Any]:
     return bench_logs_view.run(100_000 if quick else 1_000_000)
 
 
+def _report(quick: bool) -> dict[str, Any]:
+    from benchmarks import bench_report
+
+    return bench_report.run(100_000 if quick else 1_000_000)
+
+
 SUITES: dict[str, Callable[[bool], dict[str, Any]]] = {
     "logging": _logging,
     "loguru": _loguru,
@@ -87,6 +93,7 @@ SUITES: dict[str, Callable[[bool], dict[str, Any]]] = {
     "catchup": _catchup,
     "scale": _scale,
     "logs_view": _logs_view,
+    "report": _report,
     "dedup": _dedup,
 }
 

@@ -97,6 +97,7 @@ def undeclared(keys: Iterable[str], *, own: Iterable[str] = ()) -> list[str]:
     (``own``: a caller's own keys, passed by the caller itself). A key in the ``nv.nvrx.``
     namespace must be in the registry."""
     declared = set(registry().attributes)
+    templates = _templates()
     otel = otel_semconv_ids()
     allowed = set(own)
     return sorted(
@@ -104,10 +105,19 @@ def undeclared(keys: Iterable[str], *, own: Iterable[str] = ()) -> list[str]:
         for k in keys
         if k not in declared
         and k not in allowed
+        and not any(k.startswith(t + ".") for t in templates)
         and (k.startswith(_semconv_model.NAMESPACE) or k not in otel)
     )
 
 
+def _templates() -> set[str]:
+    """Declared template attributes (``template[...]``): ``<id>.<key>`` is theirs."""
+    return {a.id for a in registry().attributes.values() if a.type.startswith("template[")}
+
+
 def never_emitted(keys: Iterable[str]) -> list[str]:
-    """Attributes the registry declares that ``keys`` lacks."""
-    return sorted(set(registry().attributes) - set(keys))
+    """Attributes the registry declares that ``keys`` lacks (a template attribute is
+    emitted when some ``<id>.<key>`` is)."""
+    keys = set(keys)
+    templates = {t for t in _templates() if any(k.startswith(t + ".") for k in keys)}
+    return sorted(set(registry().attributes) - keys - templates)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from nvrx_otel import __version__
 
@@ -43,7 +44,16 @@ def test_identity_strict_fails_with_one_clear_line() -> None:
     assert out.stderr.strip() == "nvrx-otel: error: RANK='abc': expected a whole number >= 0"
 
 
-def test_demo_runs_without_any_server() -> None:
-    out = _run("demo")
-    assert out.returncode == 0, out.stderr
-    assert "nv.nvrx.ckpt.call_idx" in out.stdout
+def test_demo_runs_without_any_server(tmp_path: Path) -> None:
+    """The README's first command: no options, no collector, output under the cwd."""
+    out = subprocess.run(
+        [sys.executable, "-m", "nvrx_otel.cli", "demo", "--steps", "3"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=240,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    (run,) = (tmp_path / "nvrx-otel-demo").iterdir()
+    assert f"writing to {run}" in out.stdout and "the job finished" in out.stdout
+    assert sorted(p.name for p in (run / "logs").iterdir()) == [
+        "nvrx_log_node0.log",
+        "nvrx_log_node1.log",
+    ]

@@ -3,8 +3,8 @@
 The layers, lowest first: ``env``/``identity``/``levels``/``record``/``spool`` (and the
 neutral ``nodeline`` grammar), then the front ends ``logging`` and ``tracing``, then the
 ``aggregator``. The log view (``view``, the readers of node logs and OTLP JSON) stands on
-the lowest layer alone. Each test starts a fresh interpreter, so what it counts is what a rank
-process would import.
+the lowest layer alone, and the report (``report``) on the view. Each test starts a fresh
+interpreter, so what it counts is what a rank process would import.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ LOW = (
     "envparse",
     "identity",
     "levels",
+    "otelresource",
     "proctime",
     "record",
     "recordschema",
@@ -36,6 +37,7 @@ UPPER = {
     "nvrx_otel.envparse": ("logging", "tracing", "aggregator"),
     "nvrx_otel.identity": ("logging", "tracing", "aggregator"),
     "nvrx_otel.levels": ("logging", "tracing", "aggregator"),
+    "nvrx_otel.otelresource": ("logging", "tracing", "aggregator"),
     "nvrx_otel.proctime": ("logging", "tracing", "aggregator"),
     "nvrx_otel.record": ("logging", "tracing", "aggregator"),
     "nvrx_otel.recordschema": ("logging", "tracing", "aggregator"),
@@ -47,7 +49,9 @@ UPPER = {
     "nvrx_otel.logging.leanpath": ("tracing", "aggregator"),
     "nvrx_otel.logging.logflow": ("tracing", "aggregator"),
     "nvrx_otel.tracing": ("logging", "aggregator"),
-    "nvrx_otel.view": ("logging", "tracing", "aggregator"),
+    "nvrx_otel.view": ("logging", "tracing", "aggregator", "report"),
+    "nvrx_otel.report": ("logging", "tracing", "aggregator"),
+    "nvrx_otel.report.cli": ("logging", "tracing", "aggregator"),
 }
 STREAM_MODE_MODULES_MEASURED = 158
 """``sys.modules`` after a stream-mode ``setup_logger()`` and one log call (CPython 3.10+,

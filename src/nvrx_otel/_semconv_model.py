@@ -28,7 +28,8 @@ NAMESPACE = "nv.nvrx."
 SIDE_FILE = "python.toml"
 _KINDS = {"attribute_group", "span", "metric"}
 _INSTRUMENTS = {"counter", "updowncounter", "gauge", "histogram"}
-_TYPES = {"string", "int", "double", "boolean", "string[]", "int[]"}
+_TYPES = {"string", "int", "double", "boolean", "string[]", "int[]", "template[string]"}
+"""Attribute types; ``template[string]`` is a prefix: ``<id>.<key>`` carries a string."""
 _STABILITY = {"stable", "development", "alpha", "beta", "release_candidate"}
 _REQUIREMENT_LEVELS = ("required", "recommended", "opt_in")
 _IDENT = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from nvrx_otel import semconv
 from nvrx_otel._version import __version__
+from nvrx_otel.demo import cli as demo_cli
 from nvrx_otel.identity import Identity, resolve
+from nvrx_otel.report import cli as report_cli
 from nvrx_otel.view import cli as view_cli
 
 if TYPE_CHECKING:
@@ -45,17 +46,6 @@ def _print_identity(ident: Identity, *, as_json: bool) -> None:
     _console().print(table)
 
 
-def _print_semconv() -> None:
-    from rich.table import Table
-
-    table = Table(title="span kinds (nvrx_otel.semconv)")
-    for column in ("group (tracer)", "kind", "span name", "required attributes"):
-        table.add_column(column)
-    for spec in semconv.SPANS.values():
-        table.add_row(spec.group, spec.kind, spec.name, ", ".join(spec.required) or "-")
-    _console().print(table)
-
-
 def cmd_identity(args: argparse.Namespace) -> int:
     """Print this process's identity as resolved from the environment."""
     _print_identity(resolve(strict=args.strict), as_json=args.json)
@@ -63,14 +53,10 @@ def cmd_identity(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Run the demo job (for now: show the identity and the semantic conventions)."""
-    print(
-        "nvrx-otel demo: the demo job is not built yet; showing the detected identity "
-        "and the span table instead."
-    )
-    _print_identity(resolve(strict=False), as_json=False)
-    _print_semconv()
-    return 0
+    """Run a simulated training job on this machine (see ``nvrx-otel demo --help``)."""
+    from nvrx_otel.demo.cli import run
+
+    return run(args)
 
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
@@ -117,7 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"nvrx-otel {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help=cmd_demo.__doc__)
+    demo = sub.add_parser(
+        "demo",
+        help=cmd_demo.__doc__,
+        description=demo_cli.DESCRIPTION,
+        epilog=demo_cli.EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    demo_cli.add_arguments(demo)
     demo.set_defaults(func=cmd_demo)
 
     ident = sub.add_parser("identity", help=cmd_identity.__doc__)
@@ -143,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     lnav = sub.add_parser("lnav-install", help=cmd_lnav_install.__doc__, add_help=False)
     lnav.set_defaults(func=cmd_lnav_install, lnav_args=[])
     view_cli.register(sub)  # nvrx-otel logs
+    report_cli.register(sub)  # nvrx-otel report
     return parser
 
 

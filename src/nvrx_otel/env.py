@@ -244,6 +244,9 @@ from nvrx_otel.envexternal import OMPI_COMM_WORLD_LOCAL_RANK as OMPI_COMM_WORLD_
 from nvrx_otel.envexternal import OMPI_COMM_WORLD_LOCAL_SIZE as OMPI_COMM_WORLD_LOCAL_SIZE
 from nvrx_otel.envexternal import OMPI_COMM_WORLD_RANK as OMPI_COMM_WORLD_RANK
 from nvrx_otel.envexternal import OMPI_COMM_WORLD_SIZE as OMPI_COMM_WORLD_SIZE
+from nvrx_otel.envexternal import (
+    OTEL_EXPERIMENTAL_RESOURCE_DETECTORS as OTEL_EXPERIMENTAL_RESOURCE_DETECTORS,
+)
 from nvrx_otel.envexternal import OTEL_EXPORTER_OTLP_CERTIFICATE as OTEL_EXPORTER_OTLP_CERTIFICATE
 from nvrx_otel.envexternal import (
     OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE as OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE,

@@ -308,6 +308,15 @@ Setting(
     None,
     """Extra resource attributes ``k=v,k2=v2`` (OpenTelemetry); identity attributes win.""",
 )
+OTEL_EXPERIMENTAL_RESOURCE_DETECTORS: Final = "OTEL_EXPERIMENTAL_RESOURCE_DETECTORS"
+Setting(
+    OTEL_EXPERIMENTAL_RESOURCE_DETECTORS,
+    parse_any,
+    None,
+    """Resource detectors beyond the SDK's built-in ones, comma-separated (OpenTelemetry). When
+it names one, every resource (the SDK's and the spool headers') comes from the SDK's
+``Resource.create`` with them; otherwise it is made without loading the SDK.""",
+)
 OTEL_EXPORTER_OTLP_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
 Setting(
     OTEL_EXPORTER_OTLP_ENDPOINT,

@@ -191,14 +191,28 @@ _warned: set[str] = set()
 _warn_lock = threading.Lock()
 
 
+_say: Callable[[str], None] | None = None
+
+
+def say_warnings_with(say: Callable[[str], None] | None) -> None:
+    """Hand one-time warnings to ``say`` instead of printing them with ``nvrx-otel: `` (a
+    command that prefixes its own lines: the aggregator's); None restores the default."""
+    global _say
+    _say = say
+
+
 def warn_once(message: str) -> None:
     """Print ``message`` to stderr once per process (setup paths never raise into training)."""
     with _warn_lock:
         if message in _warned:
             return
         _warned.add(message)
+    say = _say
     try:
-        print(f"nvrx-otel: {message}", file=sys.stderr, flush=True)
+        if say is not None:
+            say(message)
+        else:
+            print(f"nvrx-otel: {message}", file=sys.stderr, flush=True)
     except Exception:  # stderr closed or broken: nothing left to tell
         pass
 

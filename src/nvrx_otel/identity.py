@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.util.types import AttributeValue
 
-from nvrx_otel import env, semconv
+from nvrx_otel import env, otelresource, semconv
 from nvrx_otel.envparse import INT64_MAX, warn_once
 
 if TYPE_CHECKING:
@@ -84,16 +84,22 @@ class Identity:
         pairs += [(run_tag_key(k), v) for k, v in self.run_tags]
         return {k: v for k, v in pairs if v is not None}
 
+    def resource_attributes(self) -> dict[str, AttributeValue]:
+        """This process's resource attributes, the same on every path: the SDK defaults,
+        OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME merged as the SDK's
+        ``Resource.create`` does, with the identity attributes taking precedence
+        (:mod:`nvrx_otel.otelresource`). Spool writers put them in their headers."""
+        return otelresource.resource_attributes(self.attributes())
+
     def resource(self) -> Resource:
-        """An OTel Resource: the SDK defaults, OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
-        merged as the SDK does, with the identity attributes taking precedence, and the
-        schema URL of the semantic conventions they follow.
+        """An OTel Resource of :meth:`resource_attributes`, with the schema URL of the
+        semantic conventions they follow.
 
         The SDK's resources module (and the ~15 modules it imports) is loaded here, by
         tracing setup and the aggregator, not by a rank that only logs."""
         from opentelemetry.sdk.resources import Resource
 
-        return Resource.create(self.attributes(), schema_url=semconv.SCHEMA_URL)
+        return Resource(self.resource_attributes(), schema_url=semconv.SCHEMA_URL)
 
 
 _instance_id = str(uuid.uuid4())

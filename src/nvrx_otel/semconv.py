@@ -155,6 +155,15 @@ SERVICE_INSTANCE_ID: Final = "service.instance.id"
 SERVICE_NAME: Final = "service.name"
 """Logical name of the service (OTEL_SERVICE_NAME; the OpenTelemetry SDK's resource sets it). (OpenTelemetry, stable)"""
 
+TELEMETRY_SDK_LANGUAGE: Final = "telemetry.sdk.language"
+"""Language of the telemetry SDK (python). (OpenTelemetry, stable)"""
+
+TELEMETRY_SDK_NAME: Final = "telemetry.sdk.name"
+"""Name of the telemetry SDK (opentelemetry), on every resource, the spool path's too. (OpenTelemetry, stable)"""
+
+TELEMETRY_SDK_VERSION: Final = "telemetry.sdk.version"
+"""Version of the telemetry SDK (the installed opentelemetry-sdk's). (OpenTelemetry, stable)"""
+
 THREAD_ID: Final = "thread.id"
 """Current thread id. (OpenTelemetry, development)"""
 

@@ -262,6 +262,21 @@ def started(tmp: Path, proc: AggProc, job: str = "job1") -> None:
     wait_for(ready, timeout=20, what="aggregator start")
 
 
+def holds_lock(tmp: Path, proc: subprocess.Popen[Any], job: str = "nojob") -> None:
+    """Wait until an aggregator process holds its job's lock (it has opened the spool and
+    the node log); for processes whose stderr a test reads only at the end."""
+    lock = tmp / "spool" / job / ".nvrx_aggregator.lock"
+
+    def ready() -> bool:
+        assert proc.poll() is None, "aggregator exited early"
+        try:
+            return lock.read_text().strip() == str(proc.pid)
+        except FileNotFoundError:
+            return False
+
+    wait_for(ready, timeout=60, what="the aggregator's job lock")
+
+
 def finish(proc: AggProc, timeout: float = 30) -> tuple[int, str]:
     """Wait for a CLI aggregator; its exit code and stderr."""
     try:

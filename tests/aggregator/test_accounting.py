@@ -11,8 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nvrx_otel import semconv
 from nvrx_otel.aggregator.nodelog import local_time
+from nvrx_otel.spool import slowpath
 from nvrx_otel.spool.writer import SpoolWriter
 from tests.aggregator.spoolkit import (
     LINE,
@@ -103,10 +106,13 @@ def test_real_writer_over_budget_is_fully_accounted(tmp_path: Path) -> None:
     assert agg.health.dropped == count - len(kept)
 
 
-def test_spool_directory_removed_while_in_use(tmp_path: Path) -> None:
+def test_spool_directory_removed_while_in_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A tmp cleaner removes the job's spool directory under a running job: the aggregator
     makes it again, keeps reading the files it has open, and the writer's records that
     found no directory to rotate into are reported as dropped: emitted = logged + dropped."""
+    monkeypatch.setattr(slowpath, "_REOPEN_NS", 0)  # after a failed open, try at every record
     directory = spool_dir(tmp_path)
     directory.mkdir(parents=True)
     writer = SpoolWriter(directory, max_file_size=4096)
@@ -124,7 +130,6 @@ def test_spool_directory_removed_while_in_use(tmp_path: Path) -> None:
         wait_for(lambda: _remove(directory), what="the directory removed")
         log(20)  # into the open (now unlinked) file and past it: no directory to rotate into
         wait_for(directory.is_dir, what="the directory made again")
-        time.sleep(1.1)  # the writer tries to open a new file again at most every second
         log(20)
         writer.close()
 

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from nvrx_otel import record as rec
 from nvrx_otel import semconv
 from nvrx_otel.aggregator.otlp_encode import encode_logs, encode_spans
-from tests.aggregator.spoolkit import process_env
+from tests.aggregator.spoolkit import AggProc, finish, process_env, wait_for
+from tests.aggregator.spoolkit import spawn as agg_spawn
 from tests.conftest import spawn
 from tests.otlp_receiver import OtlpReceiver, any_value
 
@@ -30,18 +30,23 @@ def _env(tmp: Path, **extra: str) -> dict[str, str]:
     return process_env(tmp, "node-a", **extra)
 
 
-def _aggregator(tmp: Path, *args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _aggregator(tmp: Path, *args: str, env: dict[str, str]) -> AggProc:
+    """The aggregator as a process whose stderr goes to a file (``err()`` reads it)."""
     cmd = [sys.executable, "-m", "nvrx_otel.logging.aggregator", "--log-dir", str(tmp / "logs"),
            "--wait-file", str(tmp / "wait"), "--check-interval", "0.1", "--drain-timeout", "30",
            *args]  # fmt: skip
-    return spawn(cmd, env=env, stderr=subprocess.PIPE)
+    return agg_spawn(tmp, cmd, env)
 
 
-def _stop(agg: subprocess.Popen[bytes], tmp: Path) -> str:
+def _stop(agg: AggProc, tmp: Path) -> str:
     (tmp / "wait").touch()
-    _, err = agg.communicate(timeout=90)
-    assert agg.returncode == 0, err.decode()
-    return err.decode()
+    code, err = finish(agg, timeout=90)
+    assert code == 0, err
+    return err
+
+
+def _node_log_count(path: Path, text: str) -> int:
+    return path.read_text().count(text) if path.exists() else 0
 
 
 def _ranks(tmp: Path, n: int, records: int, mode: str = "normal") -> list[subprocess.Popen[bytes]]:
@@ -187,7 +192,10 @@ def test_forked_children_deliver(tmp_path: Path, receiver: OtlpReceiver) -> None
     assert child[1]["span_id"] == hc["span_id"]
 
 
-def test_receiver_down_for_10_s_loses_nothing(tmp_path: Path) -> None:
+def test_receiver_down_loses_nothing(tmp_path: Path) -> None:
+    """The endpoint is down from the start until the aggregator has said that exporting
+    fails and has written every record to the node log; once it is back, everything
+    arrives."""
     receiver = OtlpReceiver().start()
     port = receiver.port
     receiver.stop()  # down from the start: the node log must flow regardless
@@ -196,13 +204,9 @@ def test_receiver_down_for_10_s_loses_nothing(tmp_path: Path) -> None:
     try:
         _finish(_ranks(tmp_path, 2, 200))
         node_log = tmp_path / "logs" / "nvrx_log_node-a.log"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if node_log.exists() and node_log.read_text().count("\n") >= 402:
-                break
-            time.sleep(0.05)
+        wait_for(lambda: _node_log_count(node_log, "\n") >= 402, 60, "the node log")
         assert node_log.read_text().count(" of rank ") == 400  # written while OTLP is down
-        time.sleep(10)
+        wait_for(lambda: "export failing" in agg.err(), 60, "the export failing")
         receiver = OtlpReceiver(port=port).start()
         assert receiver.wait_for(lambda r: len(_unique(r.logs, semconv.RECORD_KEY)) >= 402, 60)
         assert receiver.wait_for(lambda r: len({s["span_id"] for s in r.spans}) >= 4, 60)
@@ -211,6 +215,7 @@ def test_receiver_down_for_10_s_loses_nothing(tmp_path: Path) -> None:
         receiver.stop()
         if agg.poll() is None:
             agg.kill()
+            agg.wait()
     assert "retrying with backoff" in err and "works again" in err
     assert len(_unique(receiver.logs, semconv.RECORD_KEY)) == 402
     assert not list((tmp_path / "spool").rglob("*.jsonl"))  # consumed by both, then deleted
@@ -224,13 +229,9 @@ def test_aggregator_killed_and_restarted_loses_nothing(
     agg = _aggregator(tmp_path, "--otlp-endpoint", receiver.endpoint, env=env)
     _finish(_ranks(tmp_path, 2, 100))
     node_log = tmp_path / "logs" / "nvrx_log_node-a.log"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (
-        not node_log.exists() or node_log.read_text().count(" of rank ") < 200
-    ):
-        time.sleep(0.05)
+    wait_for(lambda: _node_log_count(node_log, " of rank ") >= 200, 60, "the node log")
     agg.kill()
-    agg.communicate(timeout=30)
+    agg.wait(timeout=30)
     receiver.status = 200
     agg = _aggregator(tmp_path, "--otlp-endpoint", receiver.endpoint, env=env)
     assert receiver.wait_for(lambda r: len(_unique(r.logs, semconv.RECORD_KEY)) >= 202)
@@ -256,12 +257,10 @@ def test_otlp_json_output_parses_as_otlp_json(tmp_path: Path) -> None:
     env = _env(tmp_path)
     agg = _aggregator(tmp_path, "--otlp-json", str(tmp_path / "otlp"), env=env)
     _finish(_ranks(tmp_path, 2, 20))
-    deadline = time.monotonic() + 30
     logs_file = tmp_path / "otlp" / "logs_node-a.jsonl"
-    while time.monotonic() < deadline and (
-        not logs_file.exists() or logs_file.read_text().count('"nv.nvrx.record.key"') < 42
-    ):
-        time.sleep(0.05)
+    wait_for(
+        lambda: _node_log_count(logs_file, '"nv.nvrx.record.key"') >= 42, 60, "the OTLP/JSON logs"
+    )
     _stop(agg, tmp_path)
     n_logs = n_spans = 0
     for line in logs_file.read_text().splitlines():
@@ -287,11 +286,7 @@ def test_batch_refused_for_good_is_counted_not_retried_forever(
     agg = _aggregator(tmp_path, "--otlp-endpoint", receiver.endpoint, env=_env(tmp_path))
     _finish(_ranks(tmp_path, 1, 30))
     node_log = tmp_path / "logs" / "nvrx_log_node-a.log"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (
-        not node_log.exists() or node_log.read_text().count(" of rank ") < 30
-    ):
-        time.sleep(0.05)
+    wait_for(lambda: _node_log_count(node_log, " of rank ") >= 30, 60, "the node log")
     err = _stop(agg, tmp_path)
     assert "refused a logs batch of 31 for good (HTTP 400" in err
     assert "exported 0 log records, 0 spans" in err and "33 dropped" in err

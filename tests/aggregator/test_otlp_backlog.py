@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from nvrx_otel import semconv
+from tests.aggregator.spoolkit import wait_for
 from tests.conftest import spawn
 from tests.otlp_receiver import OtlpReceiver
 
@@ -48,19 +48,27 @@ def test_otlp_backlog_is_dropped_first_and_reported(tmp_path: Path) -> None:
         rank = spawn([sys.executable, "-c", RANK], env=env)
         assert rank.wait(timeout=120) == 0
         node_log = tmp_path / "logs" / "nvrx_log_n1.log"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+
+        def in_node_log() -> int:
             text = node_log.read_text() if node_log.exists() else ""
-            if text.count(" record ") + text.count("dropped ") >= 600:
-                break
-            time.sleep(0.05)
+            return text.count(" record ") + text.count("dropped ")
+
+        wait_for(lambda: in_node_log() >= 600, 60, "every record in the node log")
         receiver.status = 200
-        assert receiver.wait_for(
-            lambda r: any(
-                log["attributes"].get(semconv.DROP_REASON) == "otlp_backlog" for log in r.logs
+        written = node_log.read_text().count(" record ")
+
+        def accounted() -> bool:  # OTLP has delivered or reported every node-log record
+            with receiver.lock:
+                logs = {log["attributes"][semconv.RECORD_KEY]: log for log in receiver.logs}
+            delivered = sum(1 for log in logs.values() if log["body"].startswith("record "))
+            skipped = sum(
+                log["attributes"][semconv.DROP_COUNT]
+                for log in logs.values()
+                if log["attributes"].get(semconv.DROP_REASON) == "otlp_backlog"
             )
-        )
-        time.sleep(1.0)  # let the exporter send what it still holds
+            return skipped > 0 and delivered + skipped >= written
+
+        wait_for(accounted, 60, "OTLP to deliver or report every record")
         (tmp_path / "wait").touch()
         _, err = agg.communicate(timeout=90)
         assert agg.returncode == 0, err

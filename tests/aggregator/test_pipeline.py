@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from tests.aggregator.spoolkit import process_env
+import pytest
+
+from tests.aggregator.spoolkit import holds_lock, process_env
 from tests.conftest import spawn
 from tests.otlp_receiver import OtlpReceiver
 
@@ -45,9 +49,7 @@ def _aggregate(tmp: Path, *args: str) -> str:
 
 
 def _finish(agg: subprocess.Popen[str], tmp: Path) -> str:
-    import time
-
-    time.sleep(0.3)  # the wait file must be newer than the aggregator's start
+    holds_lock(tmp, agg)  # started: a wait file made now is newer than its start
     (tmp / "wait").touch()
     _, err = agg.communicate(timeout=120)
     assert agg.returncode == 0, err
@@ -106,3 +108,24 @@ def test_health_metrics_reach_the_endpoint(tmp_path: Path) -> None:
     assert {"nv.nvrx.aggregator.records", "nv.nvrx.aggregator.backlog",
             "nv.nvrx.aggregator.lag", "nv.nvrx.aggregator.dropped",
             "nv.nvrx.aggregator.corrupt", "nv.nvrx.aggregator.rate"} <= names  # fmt: skip
+
+
+def test_a_fork_after_an_in_process_aggregator_stopped_exports_no_metrics(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The SDK's metric reader restarts its ticker in a forked child even after shutdown;
+    its last collection then warned "Exporter already shutdown" in the child (a training
+    process that ran NodeLogAggregator, then forked its dataloader workers)."""
+    from tests.aggregator.spoolkit import config, running, wait_for
+
+    with OtlpReceiver() as receiver:
+        with running(config(tmp_path, otlp_endpoint=receiver.endpoint, status_interval=1.0)):
+            assert receiver.wait_for(lambda r: "nv.nvrx.aggregator.records" in r.metrics, 30)
+        before = len(receiver.metrics)
+        pid = os.fork()
+        if pid == 0:  # the child: give a restarted ticker time to run its last collection
+            time.sleep(1.5)
+            os._exit(0)
+        wait_for(lambda: os.waitpid(pid, os.WNOHANG)[0] == pid, timeout=30, what="the child")
+        assert len(receiver.metrics) == before
+    assert "Exporter already shutdown" not in capfd.readouterr().err

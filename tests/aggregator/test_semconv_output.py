@@ -40,6 +40,7 @@ JOB = {  # a Slurm array task of a torchrun job, in its second restart cycle
     "GROUP_RANK": "0",
     "TORCHELASTIC_RESTART_COUNT": "1",
     "TRACEPARENT": f"00-{PARENT_TRACE}-{PARENT_SPAN}-01",
+    "NVRX_OTEL_RUN_TAGS": "experiment=sweep-7,run_id=r42,lr=3e-4",  # the run tags too
 }
 
 

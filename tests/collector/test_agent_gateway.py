@@ -85,11 +85,13 @@ def span_request(resource: dict[str, Any], items: list[dict[str, Any]]) -> bytes
     return req.SerializeToString()
 
 
-def post(port: int, path: str, body: bytes) -> None:
+def post(
+    port: int, path: str, body: bytes | str, content_type: str = "application/x-protobuf"
+) -> None:
     resp = requests.post(
         f"http://127.0.0.1:{port}{path}",
         data=body,
-        headers={"Content-Type": "application/x-protobuf"},
+        headers={"Content-Type": content_type},
         timeout=10,
     )
     assert resp.status_code == 200, resp.text
@@ -275,6 +277,9 @@ def test_scaleout_keeps_traces_and_resources_on_one_gateway(
             records = [{"ts": T0 + i, "msg": f"r{r}-{i}", "key": f"w{r}-{i}"} for i in range(3)]
             resource = {semconv.SERVICE_NAME: "t", semconv.SERVICE_INSTANCE_ID: f"proc-{r}"}
             post(ag_ports.http, "/v1/logs", log_request(resource, records))
+        # The scenario's order, not a synchronisation: the second gateway comes up late.
+        # (Nothing observable says the agent has tried it: the first gateway's share only
+        # lands once both are up.) Were it up earlier, the test would still pass.
         time.sleep(1.5)  # past the agent's 200 ms batch timeout and its first connect attempt
         with running(gateways[1]):
             wait_until(

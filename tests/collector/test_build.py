@@ -57,7 +57,10 @@ def test_without_a_usable_go_the_script_fails_with_one_line(tmp_path: Path, go: 
 
 
 @pytest.mark.collector
-def test_a_cached_build_is_reused_in_well_under_a_second(collector_bin: Path) -> None:
+def test_a_cached_build_is_reused_without_building(collector_bin: Path) -> None:
+    """The script finds the cached binary and builds nothing: it says nothing and returns
+    in seconds (a build takes minutes; on a loaded machine even starting a shell may take
+    a good part of a second, so the bound is not tighter than that)."""
     root = script_cache_root()
     if BIN_FROM_ENV and root not in collector_bin.parents:
         pytest.skip("NVRX_OTEL_COLLECTOR_BIN names a binary outside the build script's cache")
@@ -69,4 +72,4 @@ def test_a_cached_build_is_reused_in_well_under_a_second(collector_bin: Path) ->
     assert proc.returncode == 0, proc.stderr
     assert Path(proc.stdout.strip()) == collector_bin
     assert proc.stderr == ""  # nothing built, nothing installed
-    assert elapsed < 0.5
+    assert elapsed < 5

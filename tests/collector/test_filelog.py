@@ -150,7 +150,7 @@ def test_filelog_agent_ships_spool_records_and_resumes_after_restart(
     records = logs(out)
     by_body = {r["body"]: r for r in records}
     assert len(by_body) == len(records) == 6  # each once: no record read twice after restart
-    res = get_identity().attributes()
+    res = get_identity().resource_attributes()
 
     started = by_body["training started"]
     assert started["time"] == T0

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from nvrx_otel.logging import setup_logger
-from nvrx_otel.spool import sidecar
+from nvrx_otel.spool import drops, sidecar, slowpath
 from nvrx_otel.spool.paths import SpoolPathError
 from nvrx_otel.spool.writer import SpoolWriter
 from tests.conftest import as_nobody, read_spool
@@ -146,6 +146,8 @@ def test_drop_ledger_and_tally_are_made_in_the_opened_directory(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(sidecar.DropLedger, "create", classmethod(full))
+    monkeypatch.setattr(drops, "_LEDGER_RETRY_NS", 0)  # try to make it at every drop
+    monkeypatch.setattr(slowpath, "_RECHECK_NS", 0)  # which takes the slow path every time
     for i in range(200):  # over the one-file budget: drops, counted in the tally
         w.emit(_log(f"r{i} " + "x" * 80))
     assert [p.name for p in job.iterdir() if ".lost." in p.name]
@@ -155,7 +157,6 @@ def test_drop_ledger_and_tally_are_made_in_the_opened_directory(
     as_nobody("mv", str(job), str(root / "moved"))
     as_nobody("ln", "-s", str(attacker), str(job))
     monkeypatch.setattr(sidecar.DropLedger, "create", classmethod(real_create))
-    time.sleep(1.1)  # the writer tries to make its ledger again at most every second
     for i in range(50):
         w.emit(_log(f"s{i} " + "x" * 80))
     names = [p.name for p in (root / "moved").iterdir()]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from nvrx_otel import record as rec
+from nvrx_otel.spool import slowpath
 from nvrx_otel.spool.paths import SpoolPathError, parse_name
 from nvrx_otel.spool.writer import SpoolWriter
 from tests.conftest import log_records, read_spool
@@ -90,7 +91,10 @@ def test_rotation_keeps_every_record_in_order(tmp_path: Path) -> None:
     assert [rec.seq_of(r["key"]) for r in recs] == list(range(500))
 
 
-def test_budget_overrun_is_counted_and_reported_when_space_frees(tmp_path: Path) -> None:
+def test_budget_overrun_is_counted_and_reported_when_space_frees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(slowpath, "_RECHECK_NS", 0)  # look for freed space at every record
     w = SpoolWriter(tmp_path, max_file_size=4096, budget=3 * 4096)
     emitted = 400
     for i in range(emitted // 2):
@@ -99,7 +103,6 @@ def test_budget_overrun_is_counted_and_reported_when_space_frees(tmp_path: Path)
     assert len(on_disk) == 3  # the budget holds
     for f in on_disk[:-1]:  # an aggregator consumed and deleted the older files
         f.unlink()
-    time.sleep(0.06)  # the writer looks for freed space at most every 50 ms
     for i in range(emitted // 2, emitted):
         w.emit(_log(f"record {i} " + "x" * 50))
     w.close()

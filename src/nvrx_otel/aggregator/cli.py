@@ -5,13 +5,19 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import sys
+import threading
+import traceback
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import Any, NoReturn
 
-from nvrx_otel import env
-from nvrx_otel.aggregator.health import own_stderr, tell
+from nvrx_otel import env, envparse
+from nvrx_otel.aggregator.health import own_stderr, say, set_prefix
 from nvrx_otel.aggregator.service import Aggregator, AggregatorConfig, AggregatorError
 from nvrx_otel.proctime import process_start_ns
 
@@ -54,8 +60,17 @@ def _job_id(text: str) -> str:
         ) from None
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments are one line with the run's prefix, like every other line of a run
+    (``--help`` shows the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        say(f"error: {message} (see {self.prog} --help)")
+        self.exit(2)
+
+
 def build_parser(prog: str = DEFAULT_PROG) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=prog,
         description=(
             "Node-local log aggregator: writes the records every process of this node spools "
@@ -159,6 +174,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = DEFAULT_PROG) -> int:
     """Run the aggregator; returns the exit code (2 for bad arguments, 1 when it cannot run
     or could not write the node log or commit its progress: records stayed undelivered)."""
     own_stderr()  # this process is the aggregator's: a broken stderr pipe is silenced
+    _one_voice(prog)
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     try:
@@ -187,13 +203,13 @@ def main(argv: Sequence[str] | None = None, *, prog: str = DEFAULT_PROG) -> int:
         aggregator = Aggregator(config)
         aggregator.open()
     except ValueError as exc:  # a malformed variable: one line naming it and its value
-        tell(f"{prog}: error: {exc}")
+        say(f"error: {exc}")
         return 2
     except AggregatorError as exc:
-        tell(f"{prog}: error: {exc}")
+        say(f"error: {exc}")
         return 1
-    tell(
-        f"{prog}: aggregating {aggregator.job_dir} into {aggregator.log_path}"
+    say(
+        f"aggregating {aggregator.job_dir} into {aggregator.log_path}"
         f"{' in chronological order' if config.chrono else ''}"
         f"{_dedup_note(config.dedup_window_ms)}; waiting for {config.wait_file}"
     )
@@ -202,3 +218,51 @@ def main(argv: Sequence[str] | None = None, *, prog: str = DEFAULT_PROG) -> int:
     # sink falls behind a catch-up and must read the spool again. 0.5 ms keeps it along.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     return aggregator.run(install_signals=True)
+
+
+class _SayHandler(logging.Handler):
+    """Library log records (the OTel SDK's exporters, urllib3) as the run's lines."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            say(self.format(record))
+        except Exception:  # never raises, as say itself
+            pass
+
+
+def _one_voice(prog: str) -> None:
+    """Every line this process writes to stderr starts with ``prog: ``: its own, the
+    one-time warnings of the settings, library log records, Python warnings and uncaught
+    exceptions of any thread."""
+    set_prefix(prog)
+    envparse.say_warnings_with(say)
+    handler = _SayHandler(logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logging.root.addHandler(handler)
+
+    def show_warning(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: Any = None,
+        line: str | None = None,
+    ) -> None:
+        say(f"{category.__name__}: {message} ({filename}:{lineno})")
+
+    warnings.showwarning = show_warning
+
+    def uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        say("".join(traceback.format_exception(kind, exc, tb)))
+
+    def uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is SystemExit:
+            return
+        name = args.thread.name if args.thread is not None else "a thread"
+        text = "".join(
+            traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)
+        )
+        say(f"uncaught in {name}:\n{text}")
+
+    sys.excepthook = uncaught
+    threading.excepthook = uncaught_in_thread

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from nvrx_otel.aggregator import state as st
 from nvrx_otel.aggregator.dedup import DedupWindow
-from nvrx_otel.aggregator.health import Health, say
+from nvrx_otel.aggregator.health import Health, plural, say
 from nvrx_otel.aggregator.ledger import DropLedgers
 from nvrx_otel.aggregator.lifecycle import AggregatorError, JobLock
 from nvrx_otel.aggregator.merge import ChronoMerge
@@ -96,14 +96,14 @@ class Progress:
                 if self._log.length > lp.length:
                     if not self._broken:  # a resume after a write error has said so
                         say(
-                            f"cutting {self._log.length - lp.length} uncommitted bytes from "
-                            f"{self.log_path}: their records are written again"
+                            f"cutting {plural(self._log.length - lp.length, 'uncommitted byte')}"
+                            f" from {self.log_path}: their records are written again"
                         )
                     self._log.truncate(lp.length)
                 elif self._log.length < lp.length:
                     say(
-                        f"node log {self.log_path} is shorter ({self._log.length} bytes) than "
-                        f"committed ({lp.length} bytes): something else cut it"
+                        f"node log {self.log_path} is shorter ({plural(self._log.length, 'byte')}) "
+                        f"than committed ({plural(lp.length, 'byte')}): something else cut it"
                     )
                 self._log.stats = lp.stats
             else:
@@ -127,7 +127,7 @@ class Progress:
         if moved is not None:
             say(
                 f"node log {self.log_path} was deleted or replaced while in use: writing to "
-                f"a file at its path again ({moved} bytes written since the last commit "
+                f"a file at its path again ({plural(moved, 'byte')} written since the last commit "
                 "carried over; what was committed before stays in the old file, if any)"
             )
         files = {

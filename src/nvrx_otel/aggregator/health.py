@@ -14,15 +14,38 @@ from typing import Final
 from nvrx_otel.spool.paths import LOCK_NAME, parse_name
 
 PREFIX = "nvrx-otel aggregate"
+"""The prefix of every stderr line of an aggregator, unless its command line names itself
+otherwise (:func:`set_prefix`)."""
 
 JOB_MISMATCH_EXIT: Final = 3
 """The exit status when the aggregator wrote nothing while another job's spool directory
 under the same root, served by no running aggregator, received records."""
 
 
+_prefix = PREFIX
+
+
+def set_prefix(prefix: str) -> None:
+    """Start every line said from now on with ``prefix`` (the command the aggregator was
+    run as: one prefix per run)."""
+    global _prefix
+    _prefix = prefix
+
+
+def prefix() -> str:
+    """The prefix of this run's lines."""
+    return _prefix
+
+
+def prefixed(message: str) -> str:
+    """``message`` with the run's prefix on each of its lines (a traceback too)."""
+    return "\n".join(f"{_prefix}: {line}" for line in message.rstrip("\n").split("\n"))
+
+
 def say(message: str) -> None:
-    """One line on stderr (never raises: stderr may be gone when the job ends)."""
-    tell(f"{PREFIX}: {message}")
+    """A message on stderr, each line prefixed (never raises: stderr may be gone when the
+    job ends)."""
+    tell(prefixed(message))
 
 
 _own_stderr = False
@@ -129,7 +152,8 @@ class Health:
         text = (
             f"stopped ({reason}) after {elapsed:.1f} s: wrote {plural(self.written, 'record')} "
             f"to {log_path} ({self.written / elapsed:.0f} records/s); reported {self.dropped} "
-            f"dropped and {self.corrupt} corrupt records; {plural(len(self.writers), 'writer')}"
+            f"dropped and {plural(self.corrupt, 'corrupt record')}; "
+            f"{plural(len(self.writers), 'writer')}"
         )
         if self.collapsed:
             text += (
@@ -219,7 +243,7 @@ def spool_files_in(path: str) -> tuple[int, int] | None:
 
 
 def plural(n: int, noun: str) -> str:
-    """``1 writer``, ``2 writers``."""
+    """``1 writer``, ``2 writers``, ``0 writers`` (``-s`` suffices for every noun said)."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final
 
-from nvrx_otel.aggregator.health import PREFIX, say
+from nvrx_otel.aggregator.health import prefixed, say
 from nvrx_otel.proctime import TICK_NS
 from nvrx_otel.spool.paths import LOCK_NAME
 
@@ -192,7 +192,7 @@ def _tell(message: str) -> None:
     """One line on stderr from a signal handler: a plain ``write`` (``say`` goes through
     the buffered ``sys.stderr``, which a handler must not re-enter), never raising."""
     try:
-        os.write(2, f"{PREFIX}: {message}\n".encode())
+        os.write(2, f"{prefixed(message)}\n".encode())
     except OSError:
         pass
 

@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
 
-from nvrx_otel.aggregator.health import human_bytes, say
+from nvrx_otel.aggregator.health import human_bytes, plural, say
 from nvrx_otel.aggregator.otlp_delivery import Delivery, Exporter
 from nvrx_otel.aggregator.otlp_files import (
     Batch,
@@ -212,15 +212,16 @@ class OtlpExport:
     def summary(self) -> str:
         e = self.exported
         text = (
-            f"{self.label}: exported {e['logs']} log records, {e['spans']} spans, "
-            f"{e['truncated']} truncated spans; {self.dropped} dropped"
+            f"{self.label}: exported {plural(e['logs'], 'log record')}, "
+            f"{plural(e['spans'], 'span')}, {plural(e['truncated'], 'truncated span')}; "
+            f"{self.dropped} dropped"
         )
         if not self.caught_up():
             with self.lock:
                 queued = self._queued[0]
                 unread = sum(max(0, v.read - self._offset(v)) for v in self.views)
             text += (
-                f"; not caught up: {queued} records queued or in flight and "
+                f"; not caught up: {plural(queued, 'record')} queued or in flight and "
                 f"{human_bytes(unread)} of spool not yet read for {self.label} were not "
                 "delivered; they stay in the spool for the next run"
             )
@@ -368,8 +369,9 @@ class OtlpExport:
             self.dirty = True
         if rejected.given_up:
             self.on_report(
-                f"{self.label} endpoint refused the report of {rejected.given_up} records it "
-                "refused before: they are reported in the node log only"
+                f"{self.label} endpoint refused the report of "
+                f"{plural(rejected.given_up, 'record')} it refused before: they are reported in "
+                "the node log only"
             )
         return True
 

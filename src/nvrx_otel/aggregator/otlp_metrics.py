@@ -95,6 +95,15 @@ class HealthMetrics:
 
         threading.Thread(target=stop, daemon=True, name="nvrx-otel-metrics-stop").start()
         done.wait(timeout_s)
+        # The SDK's reader restarts its ticker in a forked child even after shutdown, and
+        # the ticker's last collection then warns "Exporter already shutdown" into the
+        # child's logs (an in-process NodeLogAggregator, then a dataloader fork): no more
+        # collections from this reader, in this process or a child.
+        self._reader.collect = _no_collection  # type: ignore[misc,method-assign]
+
+
+def _no_collection(*args: Any, **kwargs: Any) -> None:
+    return None
 
 
 def _exporter(config: OtlpConfig) -> Any:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from nvrx_otel.aggregator import reports
+from nvrx_otel.aggregator.health import plural
 from nvrx_otel.aggregator.otlp_files import FileView, new_cursor, open_view
 from nvrx_otel.aggregator.state import WriterState
 from nvrx_otel.semconv import DropReasonValues
@@ -104,6 +105,6 @@ def relieve(sink: OtlpExport, views: list[FileView]) -> None:
                 w.pending_reports.append(backlog_report(writer, w, victim, skipped))
             sink.dirty = True
         sink.on_report(
-            f"OTLP backlog: skipped {skipped} records of {victim.name} (already in the node "
-            "log) so its writer stays within its spool budget"
+            f"OTLP backlog: skipped {plural(skipped, 'record')} of {victim.name} (already in "
+            "the node log) so its writer stays within its spool budget"
         )

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from nvrx_otel.aggregator.health import Health, say
+from nvrx_otel.aggregator.health import Health, plural, say
 from nvrx_otel.aggregator.merge import Released
 from nvrx_otel.aggregator.nodelog import (
     Backup,
@@ -157,7 +157,10 @@ class Output:
                 lost += count
             self.health.dropped += lost
             self.totals["dropped"] += lost
-            say(f"rotation deleted a node-log backup holding {lost} records (reported in the log)")
+            say(
+                f"rotation deleted a node-log backup holding {plural(lost, 'record')} "
+                "(reported in the log)"
+            )
         if records:
             self.log.write(format_records(records, self.node).encode("utf-8", "replace"))
             self._account(records, acct)

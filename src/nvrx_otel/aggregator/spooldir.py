@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from nvrx_otel.aggregator.health import say
+from nvrx_otel.aggregator.health import plural, say
 from nvrx_otel.aggregator.reader import SpoolFile, header_crc, read_header, writer_gone
 from nvrx_otel.aggregator.state import FileProgress
 from nvrx_otel.spool.paths import SpoolFileName, parse_name
@@ -170,7 +170,7 @@ class SpoolDir:
         if f.size > f.offset or not f.final:
             say(
                 f"spool file {f.name} was removed or replaced while parked, "
-                f"{max(f.size - f.offset, 0)} bytes after offset {f.offset} unread"
+                f"{plural(max(f.size - f.offset, 0), 'byte')} after offset {f.offset} unread"
             )
         self.tracked = [t for t in self.tracked if t is not f]
 

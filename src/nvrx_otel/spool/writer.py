@@ -156,7 +156,7 @@ class SpoolWriter(WriterSlowPath):
         self.identity_fields = base
         # The same fields as bytes, to splice onto a line that ends in "}" (hot path).
         self.identity_suffix = rec.identity_suffix(base)
-        self._resource = ident.attributes()
+        self._resource = ident.resource_attributes()  # once per writer, not per record
         self._proc_name = self.proc or (
             f"rank{ident.workload_rank}" if ident.workload_rank is not None else "proc"
         )

@@ -149,7 +149,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     try:
         show(readers, keep, write, dedup=args.dedup, follow=args.follow)
     except BrokenPipeError:  # `| head`: the reader has seen enough
-        _quiet_stdout()
+        quiet_stdout()
     except KeyboardInterrupt:
         return 130
     finally:
@@ -159,7 +159,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _quiet_stdout() -> None:
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null (the reader of a pipe left: nothing more to say to it)."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -54,6 +54,8 @@ class Entry:
     loss: Loss | None
     path: str  # the file it was read from (one string object per file)
     number: int  # the number of its (first) line there
+    cycle: int | None = None  # restart cycle (OTLP: the resource's nv.nvrx.restart.cycle)
+    observed_ns: int | None = None  # OTLP: when the exporter saw it (its observedTimeUnixNano)
     collapsed: Collapsed | None = None  # the aggregator collapsed identical records into it
 
     @property

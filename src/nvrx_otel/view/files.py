@@ -4,8 +4,10 @@ A path may be a file, a directory or a glob. In a directory (not its subdirector
 view takes the node logs ``nvrx_log_<node>.log`` with their rotated backups ``.1``,
 ``.2``, … and the OTLP/JSON log files ``logs*.jsonl``: the aggregator's
 ``logs_<node>.jsonl`` and the collector file exporter's ``logs.jsonl`` with its rotated
-backups ``logs-<time>-size.jsonl``. A file named explicitly is read whatever its name
-(``*.jsonl`` and ``*.json`` as OTLP/JSON, anything else as a node log).
+backups ``logs-<time>-size.jsonl`` (``nvrx-otel report`` asks for the OTLP/JSON files of
+both signals instead, ``logs*.jsonl`` and ``traces*.jsonl``, and no node logs). A file
+named explicitly is read whatever its name (``*.jsonl`` and ``*.json`` as OTLP/JSON,
+anything else as a node log).
 
 The files of one log and its backups form one *stream*, read oldest first (``.2``,
 ``.1``, then the log; the collector's backups by the time in their name, then the live
@@ -29,7 +31,8 @@ _NODE_LOG_NAME: Final = re.compile(r"(?P<base>nvrx_log_.+\.log)(?:\.(?P<n>\d+))?
 _STAMP: Final = r"(?:-(?P<stamp>\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d(?:\.\d+)?)(?:-[a-z]+)?)?"
 """The time (and why: ``-size``) the collector's file exporter puts in a rotated backup's
 name: ``logs-2026-12-01T06-00-03.960-size.jsonl``."""
-_OTLP_NAME: Final = re.compile(rf"(?P<stem>logs[^/]*?){_STAMP}\.jsonl")
+LOGS: Final = ("logs",)
+"""The OTLP/JSON files a directory gives ``nvrx-otel logs``: ``logs*.jsonl``."""
 _ANY_OTLP: Final = re.compile(rf"(?P<stem>.+?){_STAMP}\.jsonl?")
 _GLOB_CHARS: Final = re.compile(r"[*?\[]")
 _CHUNK: Final = 1 << 20
@@ -58,15 +61,47 @@ def _order(kind: str, path: Path) -> tuple[int, str]:
     return (0, m["stamp"]) if m and m["stamp"] else (1, "")
 
 
-def classify(path: Path, *, explicit: bool) -> tuple[str, str] | None:
+@dataclass(frozen=True)
+class Wanted:
+    """What a directory gives: node logs or not, and the OTLP/JSON files of which signals
+    (file name prefixes: ``logs``, ``traces``)."""
+
+    node_logs: bool = True
+    signals: tuple[str, ...] = LOGS
+
+    @property
+    def otlp_name(self) -> re.Pattern[str]:
+        return _otlp_name(self.signals)
+
+    def describe(self) -> str:
+        otlp = ", ".join(f"{s}*.jsonl" for s in self.signals)
+        return (
+            f"no node log (nvrx_log_*.log) or OTLP JSON ({otlp})"
+            if self.node_logs
+            else (f"no OTLP JSON ({otlp})")
+        )
+
+
+_NAMES: dict[tuple[str, ...], re.Pattern[str]] = {}
+
+
+def _otlp_name(signals: tuple[str, ...]) -> re.Pattern[str]:
+    pattern = _NAMES.get(signals)
+    if pattern is None:
+        prefix = "|".join(re.escape(s) for s in signals)
+        pattern = _NAMES[signals] = re.compile(rf"(?P<stem>(?:{prefix})[^/]*?){_STAMP}\.jsonl")
+    return pattern
+
+
+def classify(path: Path, *, explicit: bool, wanted: Wanted = Wanted()) -> tuple[str, str] | None:
     """``(kind, stream key)`` of a file; None for a file a directory holds that the view
     does not read."""
     name = path.name
     parent = str(path.parent)
     m = _NODE_LOG_NAME.fullmatch(name)
-    if m is not None:
+    if m is not None and (explicit or wanted.node_logs):
         return NODE_LOG, os.path.join(parent, m["base"])
-    o = _OTLP_NAME.fullmatch(name)
+    o = wanted.otlp_name.fullmatch(name)
     if o is not None:
         return OTLP_JSON, os.path.join(parent, o["stem"] + ".jsonl")
     if not explicit:
@@ -77,7 +112,7 @@ def classify(path: Path, *, explicit: bool) -> tuple[str, str] | None:
     return NODE_LOG, str(path)
 
 
-def _expand(arg: str) -> list[tuple[Path, bool]]:
+def _expand(arg: str, wanted: Wanted) -> list[tuple[Path, bool]]:
     """The files one argument names: (path, named explicitly)."""
     path = Path(arg)
     if not os.path.lexists(arg) and _GLOB_CHARS.search(arg):
@@ -86,7 +121,7 @@ def _expand(arg: str) -> list[tuple[Path, bool]]:
             raise PathError(f"{arg}: no file matches")
         out: list[tuple[Path, bool]] = []
         for m in matches:
-            out.extend(_expand(m))
+            out.extend(_expand(m, wanted))
         return out
     if path.is_dir():
         try:
@@ -94,9 +129,9 @@ def _expand(arg: str) -> list[tuple[Path, bool]]:
         except OSError as exc:
             raise PathError(f"{arg}: {exc.strerror or exc}") from None
         found = [(path / n, False) for n in names if (path / n).is_file()]
-        found = [(p, e) for p, e in found if classify(p, explicit=False) is not None]
+        found = [(p, e) for p, e in found if classify(p, explicit=False, wanted=wanted)]
         if not found:
-            raise PathError(f"{arg}: no node log (nvrx_log_*.log) or OTLP JSON (logs*.jsonl)")
+            raise PathError(f"{arg}: {wanted.describe()}")
         return found
     if not os.path.lexists(arg):
         raise PathError(f"{arg}: no such file or directory")
@@ -111,19 +146,19 @@ def _check_readable(path: Path) -> None:
         raise PathError(f"{path}: {exc.strerror or exc}") from None
 
 
-def find_streams(args: list[str]) -> list[Stream]:
+def find_streams(args: list[str], wanted: Wanted = Wanted()) -> list[Stream]:
     """The streams the arguments name, each file once; raises :class:`PathError` naming
     the first path that is missing or unreadable."""
     streams: dict[str, Stream] = {}
     seen: set[str] = set()
     for arg in args:
-        for path, explicit in _expand(arg):
+        for path, explicit in _expand(arg, wanted):
             real = os.path.realpath(path)
             if real in seen:
                 continue
             seen.add(real)
             _check_readable(path)
-            kind, key = classify(path, explicit=explicit) or (NODE_LOG, str(path))
+            kind, key = classify(path, explicit=explicit, wanted=wanted) or (NODE_LOG, str(path))
             stream = streams.setdefault(key, Stream(kind, key))
             stream.files.append(path)
     for stream in streams.values():

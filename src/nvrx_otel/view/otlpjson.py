@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Final, TypeVar
 
 import orjson
 
@@ -29,6 +29,7 @@ _IDENTITY: Final = {
     semconv.WORKLOAD_LOCAL_RANK: "lrank",
     semconv.INFRA_RANK: "irank",
     semconv.INFRA_LOCAL_RANK: "ilrank",
+    semconv.RESTART_CYCLE: "cycle",
 }
 _CODE_FILE: Final = "code.file.path"
 _CODE_LINE: Final = "code.line.number"
@@ -45,6 +46,9 @@ _WANTED: Final = frozenset(
         semconv.DEDUP_RANKS,
     }
 )
+
+
+T = TypeVar("T")
 
 
 class NotOtlp(ValueError):
@@ -76,7 +80,7 @@ def value_of(v: Any) -> Any:
     return None
 
 
-def _attrs(items: Any, wanted: frozenset[str] = _WANTED) -> dict[str, Any]:
+def attrs_of(items: Any, wanted: frozenset[str] = _WANTED) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kv in items or ():
         key = kv.get("key")
@@ -85,7 +89,7 @@ def _attrs(items: Any, wanted: frozenset[str] = _WANTED) -> dict[str, Any]:
     return out
 
 
-def _hex_id(value: Any, size: int) -> str | None:
+def hex_id(value: Any, size: int) -> str | None:
     """A trace or span id (``size`` bytes) as lowercase hex; None when empty or invalid."""
     if not isinstance(value, str) or not value:
         return None
@@ -103,7 +107,7 @@ def _hex_id(value: Any, size: int) -> str | None:
     return raw.hex() if len(raw) == size and any(raw) else None
 
 
-def _int(value: Any) -> int | None:
+def int_of(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -126,13 +130,14 @@ def _text(body: Any) -> str:
 
 
 def _entry(lr: dict[str, Any], ident: dict[str, Any], path: str, number: int) -> Entry:
-    attrs = _attrs(lr.get("attributes"))
+    attrs = attrs_of(lr.get("attributes"))
     ids = dict(ident)
     for key, field in _IDENTITY.items():
         if key in attrs:
             ids[field] = attrs[key]
-    ts = _int(lr.get("timeUnixNano")) or _int(lr.get("observedTimeUnixNano")) or 0
-    severity = _int(lr.get("severityNumber")) or 0
+    observed = int_of(lr.get("observedTimeUnixNano"))
+    ts = int_of(lr.get("timeUnixNano")) or observed or 0
+    severity = int_of(lr.get("severityNumber")) or 0
     level = lr.get("severityText")
     if not isinstance(level, str) or not level:
         named = level_of_severity(severity)
@@ -152,31 +157,38 @@ def _entry(lr: dict[str, Any], ident: dict[str, Any], path: str, number: int) ->
         what = m["what"] if m is not None else "dropped"
         loss = Loss(what, count, str(attrs.get(semconv.DROP_REASON, "?")))
     node = ids.get("node")
-    repeated = _int(attrs.get(semconv.DEDUP_COUNT))
+    repeated = int_of(attrs.get(semconv.DEDUP_COUNT))
     return Entry(
         ts_ns=ts,
         level=level,
         severity=severity,
         node=None if node is None else str(node),
-        rank=_int(ids.get("rank")),
-        lrank=_int(ids.get("lrank")),
-        irank=_int(ids.get("irank")),
-        ilrank=_int(ids.get("ilrank")),
+        rank=int_of(ids.get("rank")),
+        lrank=int_of(ids.get("lrank")),
+        irank=int_of(ids.get("irank")),
+        ilrank=int_of(ids.get("ilrank")),
         file=source_file(code_path) if isinstance(code_path, str) else "?",
-        line=_int(attrs.get(_CODE_LINE)),
+        line=int_of(attrs.get(_CODE_LINE)),
         text=text,
-        trace_id=_hex_id(lr.get("traceId"), 16),
-        span_id=_hex_id(lr.get("spanId"), 8),
+        trace_id=hex_id(lr.get("traceId"), 16),
+        span_id=hex_id(lr.get("spanId"), 8),
         loss=loss,
         path=path,
         number=number,
+        cycle=int_of(ids.get("cycle")),
+        observed_ns=observed or None,
         collapsed=None if repeated is None else collapsed(repeated, attrs.get(semconv.DEDUP_RANKS)),
     )
 
 
 def parse_line(line: bytes | str, path: str, number: int) -> list[Entry]:
     """The log records of one OTLP/JSON line; raises ValueError when it is not one."""
-    doc = orjson.loads(line)
+    return parse_request(orjson.loads(line), path, number)
+
+
+def parse_request(doc: Any, path: str, number: int) -> list[Entry]:
+    """The log records of one decoded OTLP/JSON request (``[]`` for another signal's);
+    raises ValueError when it is not one."""
     if not isinstance(doc, dict):
         raise NotOtlp("not a JSON object")
     resource_logs = doc.get("resourceLogs")
@@ -186,7 +198,7 @@ def parse_line(line: bytes | str, path: str, number: int) -> list[Entry]:
         raise NotOtlp("no resourceLogs")
     out: list[Entry] = []
     for rl in resource_logs:
-        res = _attrs((rl.get("resource") or {}).get("attributes"), frozenset(_IDENTITY))
+        res = attrs_of((rl.get("resource") or {}).get("attributes"), frozenset(_IDENTITY))
         ident = {_IDENTITY[k]: v for k, v in res.items()}
         for sl in rl.get("scopeLogs") or ():
             for lr in sl.get("logRecords") or ():
@@ -199,17 +211,31 @@ def _ts(entry: Entry) -> int:
     return entry.ts_ns
 
 
+def requests(
+    lines: Iterable[tuple[int, str]],
+    path: str,
+    malformed: Malformed,
+    parse: Callable[[str, str, int], Sequence[T]],
+) -> Iterator[Sequence[T]]:
+    """``parse(line, path, number)`` of each non-empty line of an OTLP/JSON lines file (its
+    records, request by request); a line it refuses (ValueError and the errors of a JSON
+    of another shape) goes to ``malformed``."""
+    for number, line in lines:
+        if not line.strip():
+            continue
+        try:
+            items = parse(line, path, number)
+        except (ValueError, TypeError, AttributeError, KeyError):
+            malformed(path, number, line)
+            continue
+        if items:
+            yield items
+
+
 def read_otlp_json(
     lines: Iterable[tuple[int, str]], path: str, malformed: Malformed
 ) -> Iterator[Entry]:
     """The log records of an OTLP/JSON lines file, request by request (each request's
     records in time order)."""
-    for number, line in lines:
-        if not line.strip():
-            continue
-        try:
-            entries = parse_line(line, path, number)
-        except (ValueError, TypeError, AttributeError, KeyError):
-            malformed(path, number, line)
-            continue
+    for entries in requests(lines, path, malformed, parse_line):
         yield from entries

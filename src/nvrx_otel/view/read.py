@@ -18,10 +18,15 @@ NAMED_PER_FILE: Final = 5
 
 class Problems:
     """Lines that are not records: each named once on stderr as ``file:line`` (the first
-    :data:`NAMED_PER_FILE` of a file), the rest counted by :meth:`summary`."""
+    :data:`NAMED_PER_FILE` of a file), the rest counted by :meth:`summary`. ``prog``
+    starts each line; ``what`` says what such a line is not."""
 
-    def __init__(self, out: TextIO | None = None) -> None:
+    def __init__(
+        self, out: TextIO | None = None, *, prog: str = "nvrx-otel logs", what: str = "log record"
+    ) -> None:
         self.out = out
+        self.prog = prog
+        self.what = what
         self.counts: dict[str, int] = {}
 
     def __call__(self, path: str, number: int, line: str) -> None:
@@ -29,16 +34,21 @@ class Problems:
         self.counts[path] = n
         if n <= NAMED_PER_FILE:
             shown = line if len(line) <= 80 else line[:77] + "..."
-            self._say(f"{path}:{number}: skipped, not a log record: {shown!r}")
+            self._say(f"{path}:{number}: skipped, not a {self.what}: {shown!r}")
+
+    @property
+    def total(self) -> int:
+        """Lines skipped so far."""
+        return sum(self.counts.values())
 
     def summary(self) -> None:
         for path, n in self.counts.items():
             if n > NAMED_PER_FILE:
-                self._say(f"{path}: {n - NAMED_PER_FILE} more lines skipped, not log records")
+                self._say(f"{path}: {n - NAMED_PER_FILE} more lines skipped, not {self.what}s")
 
     def _say(self, text: str) -> None:
         try:
-            print(f"nvrx-otel logs: {text}", file=self.out or sys.stderr, flush=True)
+            print(f"{self.prog}: {text}", file=self.out or sys.stderr, flush=True)
         except (OSError, ValueError):
             pass
 

@@ -117,6 +117,8 @@ def parse_head(line: str, path: str, number: int, last_ts: int) -> Entry | None:
         loss,
         path,
         number,
+        None,  # cycle: not in the node log's grammar
+        None,  # observed_ns: OTLP only
         None if rep is None else collapsed(int(rep), reps),
     )
 

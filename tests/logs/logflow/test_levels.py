@@ -125,6 +125,104 @@ def test_gate_never_hides_a_record_another_handler_takes(tmp_path: Path) -> None
     assert "after" not in messages(tmp_path / "logs" / "run.log")
 
 
+def _renamed(name: str) -> Any:
+    """A patcher giving the record another module name (how LogFlow's tests pick a name)."""
+
+    def patch(record: Any) -> None:
+        record["name"] = name
+
+    return patch
+
+
+def _emit_renamed(caller: str, name: str, level: str, message: str) -> None:
+    """Log from module ``caller`` through ``logger.patch`` renaming the record to ``name``."""
+    code = compile(
+        f"logger.patch(renamed({name!r})).log({level!r}, {message!r})", f"<{caller}>", "exec"
+    )
+    exec(code, {"__name__": caller, "logger": logger, "renamed": _renamed})
+
+
+def test_module_levels_promotes_above_global(tmp_path: Path) -> None:
+    """LogFlow's own check, from a ``logflow.yaml``: under a global file level of INFO, a
+    rule ``pkg.a: {file: DEBUG}`` lets DEBUG records named ``pkg.a`` (renamed by
+    ``logger.patch``) into the run file while ``pkg.b``'s DEBUG stays out."""
+    (tmp_path / "logflow.yaml").write_text(
+        'file_level: "INFO"\nconsole_level: "INFO"\nmodule_levels:\n  "pkg.a":\n    file: DEBUG\n'
+    )
+    configure_logging(log_dir=tmp_path / "out", script_name="promote")
+    for name, level, message in (
+        ("pkg.a", "DEBUG", "a debug"),
+        ("pkg.b", "DEBUG", "b debug"),
+        ("pkg.b", "INFO", "b info"),
+    ):
+        logger.patch(_renamed(name)).log(level, message)
+    rows = run_file_lines(tmp_path / "out" / "promote.log")
+    assert [(r["name"], r["msg"]) for r in rows] == [("pkg.a", "a debug"), ("pkg.b", "b info")]
+
+
+def test_the_final_name_decides_not_the_calling_module(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A renamed record is judged by its new name on every sink, whatever rule the calling
+    module has: out of a raised module into a plain name, out of a lowered one into a plain
+    name, into a console-silenced name; through ``patch``, a bound logger's ``patch`` and
+    loguru's global patcher."""
+    configure_logging(
+        script_name="run",
+        file_level="INFO",
+        console_level="INFO",
+        module_levels={
+            "chatty": {"file": "ERROR", "console": "ERROR"},  # raises both sinks
+            "noisy": {"file": "TRACE"},  # lowers the file sink
+            "quiet": {"console": "CRITICAL"},
+        },
+    )
+    _emit_renamed("chatty.x", "plain", "INFO", "chatty renamed plain")  # kept: plain is INFO
+    _emit_renamed("noisy.x", "plain", "DEBUG", "noisy renamed plain")  # dropped: plain is INFO
+    _emit_renamed("plain", "noisy.y", "TRACE", "plain renamed noisy")  # kept in the file
+    _emit_renamed("plain", "quiet", "WARNING", "plain renamed quiet")  # file only
+    _emit_renamed("plain", "chatty", "WARNING", "plain renamed chatty")  # dropped
+    get_logger("t").patch(_renamed("noisy")).debug("bound then renamed")
+    monkeypatch.setattr(logger._core, "patcher", None)  # type: ignore[attr-defined]
+    logger.configure(patcher=_renamed("noisy.z"))
+    _emit_from("chatty", "DEBUG", "global patcher")  # the caller's ERROR would hide it
+    assert messages(tmp_path / "logs" / "run.log") == [
+        "chatty renamed plain",
+        "plain renamed noisy",
+        "plain renamed quiet",
+        "bound then renamed",
+        "global patcher",
+    ]
+    assert {r["name"] for r in run_file_lines(tmp_path / "logs" / "run.log")} == {
+        "plain", "noisy.y", "quiet", "noisy", "noisy.z",
+    }  # fmt: skip
+    err = capsys.readouterr().err
+    assert "chatty renamed plain" in err
+    assert "plain renamed quiet" not in err and "plain renamed chatty" not in err
+    assert "plain renamed noisy" not in err and "global patcher" not in err
+
+
+def test_an_unpatched_call_is_still_gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Renamed records pass the gate; a plain call from a raised module still stops there,
+    before loguru builds a record."""
+    configure_logging(
+        script_name="run", module_levels={"chatty": {"file": "ERROR", "console": "ERROR"}}
+    )
+    built: list[str] = []
+    real = gate.GatedLogger._log
+
+    def spy(self: Any, level: Any, from_decorator: bool, options: Any, message: str,
+            args: Any, kwargs: Any) -> None:  # fmt: skip
+        built.append(message)
+        real(self, level, from_decorator, options, message, args, kwargs)
+
+    monkeypatch.setattr(gate.GatedLogger, "_log", spy)
+    _emit_from("chatty.x", "INFO", "gated")
+    _emit_renamed("chatty.x", "plain", "INFO", "renamed")
+    assert built == ["renamed"]
+    assert messages(tmp_path / "logs" / "run.log") == ["renamed"]
+
+
 def test_gated_methods_keep_the_call_site(tmp_path: Path) -> None:
     configure_logging(script_name="run", module_levels={"x": {"file": "TRACE"}})
     log = get_logger("t")

@@ -15,8 +15,11 @@ own lowest handler level (as loguru does), then with the calling module's thresh
 lowest level any handler takes from that module (our handlers by their ``module_levels``
 thresholds, other handlers by their level). The threshold is computed once per module
 and process; a handler added or removed (loguru replaces its handler table) starts the
-cache afresh. The gate only ever skips what every handler would reject, so the handlers'
-own filters stay the authority.
+cache afresh. A logger with a patcher (``logger.patch``, ``logger.configure(patcher=...)``)
+may rename its records, and the handlers judge a record by the name it finally has (as
+LogFlow's filters do), so its calls pass the gate on loguru's lowest level alone. The gate
+only ever skips what every handler would reject, so the handlers' own filters stay the
+authority.
 """
 
 from __future__ import annotations
@@ -88,17 +91,22 @@ class _Gate:
 _gate = _Gate()
 
 
-def _open(level_no: int, depth: int) -> bool:
-    """Whether any handler may take a call at ``level_no`` from the caller's module."""
+def _open(level_no: int, options: tuple[Any, ...]) -> bool:
+    """Whether any handler may take a call at ``level_no`` from the caller's module.
+
+    ``options`` are the logger's (loguru's ``_options``: depth second, patchers eighth). A
+    patcher may rename the record (``record["name"] = ...``) after this check, and the
+    handlers filter by the name the record finally has, as LogFlow's do: so a patched
+    call is only held to loguru's lowest handler level, never to the caller's module."""
     gate = _gate
     if gate.seen is not gate.core.handlers:
         gate.refresh()
     if level_no < gate.floor:
         return False
-    if level_no >= gate.accept_all:
+    if level_no >= gate.accept_all or options[7] or gate.core.patcher is not None:
         return True
     try:
-        name = _getframe(depth + 2).f_globals["__name__"]
+        name = _getframe(options[1] + 2).f_globals["__name__"]
     except (ValueError, KeyError):
         return True  # loguru copes with an odd frame; let it decide
     threshold = gate.cache.get(name)
@@ -112,7 +120,7 @@ class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is unt
     never raise a bad format call into training (:func:`~.safecall.kept`)."""
 
     def trace(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
-        if not _gate.active or _open(5, self._options[1]):
+        if not _gate.active or _open(5, self._options):
             try:
                 self._log("TRACE", False, self._options, message, args, kwargs)
             except Exception as exc:
@@ -120,7 +128,7 @@ class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is unt
                     raise
 
     def debug(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
-        if not _gate.active or _open(10, self._options[1]):
+        if not _gate.active or _open(10, self._options):
             try:
                 self._log("DEBUG", False, self._options, message, args, kwargs)
             except Exception as exc:
@@ -128,7 +136,7 @@ class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is unt
                     raise
 
     def info(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
-        if not _gate.active or _open(20, self._options[1]):
+        if not _gate.active or _open(20, self._options):
             try:
                 self._log("INFO", False, self._options, message, args, kwargs)
             except Exception as exc:
@@ -136,7 +144,7 @@ class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is unt
                     raise
 
     def success(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
-        if not _gate.active or _open(25, self._options[1]):
+        if not _gate.active or _open(25, self._options):
             try:
                 self._log("SUCCESS", False, self._options, message, args, kwargs)
             except Exception as exc:
@@ -144,7 +152,7 @@ class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is unt
                     raise
 
     def warning(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
-        if not _gate.active or _open(30, self._options[1]):
+        if not _gate.active or _open(30, self._options):
             try:
                 self._log("WARNING", False, self._options, message, args, kwargs)
             except Exception as exc:
@@ -152,7 +160,7 @@ class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is unt
                     raise
 
     def error(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
-        if not _gate.active or _open(40, self._options[1]):
+        if not _gate.active or _open(40, self._options):
             try:
                 self._log("ERROR", False, self._options, message, args, kwargs)
             except Exception as exc:
@@ -160,7 +168,7 @@ class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is unt
                     raise
 
     def critical(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
-        if not _gate.active or _open(50, self._options[1]):
+        if not _gate.active or _open(50, self._options):
             try:
                 self._log("CRITICAL", False, self._options, message, args, kwargs)
             except Exception as exc:
@@ -168,7 +176,7 @@ class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is unt
                     raise
 
     def exception(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
-        if not _gate.active or _open(40, self._options[1]):
+        if not _gate.active or _open(40, self._options):
             options = (True, *self._options[1:])
             try:
                 self._log("ERROR", False, options, message, args, kwargs)
@@ -179,7 +187,7 @@ class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is unt
     def log(self, level: Any, message: Any, /, *args: Any, **kwargs: Any) -> None:
         if _gate.active:
             found = self._core.levels_lookup.get(level) if isinstance(level, (str, int)) else None
-            if found is not None and not _open(found[2], self._options[1]):
+            if found is not None and not _open(found[2], self._options):
                 return
         try:
             self._log(level, False, self._options, message, args, kwargs)

@@ -105,7 +105,7 @@ def test_a_clean_run_exits_0_and_says_where_it_wrote(clean: Run) -> None:
         ):
             assert path.is_file() and path.stat().st_size > 0, path
             assert str(path) in out, path
-    assert "report is not installed" in out  # nvrx-otel report comes with another change
+    assert "no failure (" in out and "no silent ranks" in out  # the report, printed
     assert clean.proc.stderr == ""
 
 
@@ -224,6 +224,25 @@ def test_the_ranks_stopped_by_the_launcher_end_their_spans_as_errors(failing: Ru
 
 
 # --- a rank hangs: the watchdog kills the job ----------------------------------------------
+
+
+def test_the_report_names_the_failing_rank_first_and_no_hung_rank(failing: Run) -> None:
+    from nvrx_otel.report import analyse
+
+    report = analyse([str(failing.out / "otlp")])
+    assert report.first_failure is not None and report.first_failure.rank == 3
+    assert report.silent == []
+    assert len(report.cycles) == 2
+    assert "first failure (by time)" in failing.proc.stdout  # printed at the end of the run
+    assert "rank 3 on node1 (cycle 0)" in failing.proc.stdout
+
+
+def test_the_report_names_the_hung_rank(hanging: Run) -> None:
+    from nvrx_otel.report import analyse
+
+    report = analyse([str(hanging.out / "otlp")])
+    assert [s.rank for s in report.silent] == [1]
+    assert "silent ranks" in hanging.proc.stdout
 
 
 def test_a_hang_kills_the_job_and_exits_1(hanging: Run) -> None:

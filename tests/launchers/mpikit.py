@@ -53,9 +53,9 @@ class Launcher:
     exports: dict[str, str | None]
     """Identity field -> the launcher's variable for it (``None``: it exports none)."""
     absent: tuple[str, ...] = ()
-    """Variables the README says this launcher does not export."""
+    """Variables docs/identity.md says this launcher does not export."""
     same: tuple[tuple[str, str], ...] = ()
-    """Pairs of variables the README says this launcher sets to the same value."""
+    """Pairs of variables docs/identity.md says this launcher sets to the same value."""
     kills_on_failure: bool = False
     """Whether it kills the other ranks when one exits non-zero."""
 
@@ -195,7 +195,7 @@ def resource_identity(resource: dict[str, Any]) -> dict[str, int | None]:
 
 def identities(launcher: Launcher, out: Path, output: str) -> dict[int, dict[str, int | None]]:
     """pid -> the identity each of the 4 ranks must have, from the variables it saw;
-    checks the launcher exported what the README says it does (``output``: the
+    checks the launcher exported what docs/identity.md says it does (``output``: the
     launcher's, for the failure message)."""
     seen = seen_envs(out)
     assert len(seen) == 4, output

@@ -4,7 +4,7 @@ writes the node log and exports OTLP to a receiver on 127.0.0.1.
 
 Each rank writes down the launcher variables it was started with; the identity in the node
 log and in the OTLP resources is compared with those, and with concrete values. What the
-launchers export is in ``mpikit``'s launcher table, which the README's Identity section
+launchers export is in ``mpikit``'s launcher table, which docs/identity.md
 states."""
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""The README's ``mpirun`` recipes (section "Under `mpirun` (Open MPI, MPICH)"), taken from
-the README itself and run with bash as written, so the two cannot drift.
+"""The ``mpirun`` recipes of docs/launchers.md (section "Under `mpirun` (Open MPI,
+MPICH)"), taken from the page itself and run with bash as written, so the two cannot drift.
 
 What the test supplies: the variables the recipe names (``WAIT_FILE``, ``AGG_DIR``,
 ``NPROCS``, ``NNODES``, ``WORKLOAD_CMD``, ``WORKLOAD_ARGS``), a spool root under its
 temporary directory in place of ``/tmp/nvrx`` (the one substitution), and ``mpirun``,
 ``mpiexec`` and ``python`` first on ``PATH`` as small scripts running
 ``mpirun.openmpi``, ``mpiexec.mpich`` and this interpreter. Open MPI as root on 2 cores
-gets the README's environment variables for ``--allow-run-as-root`` and
+gets the page's environment variables for ``--allow-run-as-root`` and
 ``--oversubscribe``, and no binding (a machine shared with other work).
 """
 
@@ -26,7 +26,7 @@ from tests.launchers.conftest import need
 from tests.launchers.mpi_rank import FAIL_CODE
 from tests.launchers.mpikit import MPICH, OPENMPI, Launcher, check_node_log, identities
 
-HEADING = "### Under `mpirun` (Open MPI, MPICH)"
+HEADING = "## Under `mpirun` (Open MPI, MPICH)"
 SPOOL_ROOT = "/tmp/nvrx"
 RECORDS = 100
 
@@ -39,9 +39,9 @@ OPENMPI_ROOT_ENV = {
 
 
 def readme_recipe(command: str) -> str:
-    """The fenced bash block of the README's mpirun section whose lines start ``command``."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert HEADING in text, f"README.md has no section {HEADING!r}"
+    """The fenced bash block of the page's mpirun section whose lines start ``command``."""
+    text = (ROOT / "docs" / "launchers.md").read_text(encoding="utf-8")
+    assert HEADING in text, f"docs/launchers.md has no section {HEADING!r}"
     section = re.split(r"\n#{1,3} ", text.split(HEADING, 1)[1], maxsplit=1)[0]
     blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
     found = [b for b in blocks if re.search(rf"^{re.escape(command)} ", b, re.M)]
@@ -50,7 +50,7 @@ def readme_recipe(command: str) -> str:
 
 
 def _bin(tmp: Path, launcher: Launcher, name: str) -> Path:
-    """``name`` (what the README calls the launcher) and ``python`` as scripts in a dir."""
+    """``name`` (what the page calls the launcher) and ``python`` as scripts in a dir."""
     directory = tmp / "bin"
     directory.mkdir()
     for alias, target in ((name, need(launcher.command)), ("python", sys.executable)):

@@ -1,6 +1,6 @@
-"""The README's Slurm batch script, taken from the README, run under a real Slurm.
+"""The Slurm batch script of docs/launchers.md, taken from the page, run under a real Slurm.
 
-One session-wide cluster (tests/launchers/slurm.py); each test submits the README's
+One session-wide cluster (tests/launchers/slurm.py); each test submits the page's
 script with ``sbatch`` and a workload of ``slurm_rank.py`` tasks, and reads back the node
 log and what an OTLP receiver (inside the cluster's network namespace) got.
 """
@@ -22,7 +22,7 @@ from nvrx_otel import semconv
 from tests.launchers.slurm import SlurmCluster, cluster
 from tests.otlp_receiver import OtlpReceiver
 
-README = Path(__file__).parents[2] / "README.md"
+RECIPE = Path(__file__).parents[2] / "docs" / "launchers.md"
 RANK = Path(__file__).with_name("slurm_rank.py")
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 LINE = re.compile(
@@ -34,11 +34,11 @@ DROPPED = re.compile(r"dropped (\d+) records from rank (\S+) pid")
 
 
 def readme_script() -> str:
-    """The first ``bash`` block of the README's "Under Slurm" section."""
-    text = README.read_text()
-    section = text[text.index("### Under Slurm") :]
+    """The first ``bash`` block of the "Under Slurm" section of docs/launchers.md."""
+    text = RECIPE.read_text()
+    section = text[text.index("## Under Slurm") :]
     block = re.search(r"```bash\n(.*?)```", section, re.S)
-    assert block is not None, "README: no bash block under '### Under Slurm'"
+    assert block is not None, "docs/launchers.md: no bash block under '## Under Slurm'"
     return block.group(1)
 
 
@@ -232,7 +232,7 @@ def test_recipe_drain_timeout_is_below_slurms_kill_wait(slurm: SlurmCluster) -> 
     """Slurm SIGKILLs a cancelled step KillWait seconds after its SIGTERM: the drain the
     recipe allows must end before that (the cluster runs Slurm's default KillWait)."""
     drain = re.search(r"--drain-timeout (\d+)", readme_script())
-    assert drain is not None, "the README's recipe sets no --drain-timeout"
+    assert drain is not None, "the page's recipe sets no --drain-timeout"
     config = slurm.run("scontrol", "show", "config").stdout
     kill_wait = re.search(r"^KillWait\s*=\s*(\d+) sec", config, re.M)
     assert kill_wait is not None, config

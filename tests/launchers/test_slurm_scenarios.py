@@ -1,10 +1,10 @@
-"""The README's Slurm batch script under what a big job meets besides a clean end: local
+"""The Slurm batch script of docs/launchers.md under what a big job meets besides a clean end: local
 task 0 failing while the others run on, Slurm's warning signal, a small spool under many
 tasks, an OTLP endpoint that never answers, the aggregator killed mid-run then run again
 with ``--job-id``, and a ``scancel`` while the aggregator is still starting.
 
 The cluster, the script and the job helpers are test_slurm.py's; each test checks the
-README's promise for its scenario: every record a task logged is in the node log or in a
+page's promise for its scenario: every record a task logged is in the node log or in a
 ``dropped`` line, the step ends promptly, and the exit code is the workload's.
 """
 

@@ -225,6 +225,14 @@ class Demo:
         for label, path in self._outputs():
             out.print(f"  {label:<22} {path}", markup=False, highlight=False, soft_wrap=True)
         out.print(f"read them with: nvrx-otel logs {plan.log_dir}", markup=False, highlight=False)
+        otlp = plan.root / "otlp"
+        out.print(
+            f"picture them:   nvrx-otel report {otlp} --html {plan.root / 'report.html'} "
+            f"--perfetto {plan.root / 'trace.json'}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         if interrupted:
             return 130
         if failures:

@@ -1,5 +1,5 @@
 """The demo's node aggregators: one ``nvrx-otel aggregate`` process per simulated node,
-started before the job and drained through its wait file after it (README, "The
+started before the job and drained through its wait file after it (docs/node-log.md, "The
 aggregator"), with its status lines read back for the progress display."""
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ MAX_RESTARTS: Final = 1
 CHECKPOINT_EVERY: Final = 5
 """A checkpoint is saved every this many steps."""
 
-HANG_TIMEOUT_S: Final = 4.0
+HANG_TIMEOUT_S: Final = 8.0
 """How long ranks may wait in one collective for a rank that has started and said nothing
 for as long before the launcher's watchdog declares a hang and kills the job (NCCL's
 watchdog, much shortened)."""

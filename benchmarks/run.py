@@ -64,6 +64,14 @@ def _scale(quick: bool) -> dict[str, Any]:
     return bench_scale.run()
 
 
+def _dedup(quick: bool) -> dict[str, Any]:
+    from benchmarks import bench_dedup
+
+    if quick:
+        return bench_dedup.run(records_per_rank=2_000, storm_steps=10, rounds=1)
+    return bench_dedup.run()
+
+
 def _logs_view(quick: bool) -> dict[str, Any]:
     from benchmarks import bench_logs_view
 
@@ -86,6 +94,7 @@ SUITES: dict[str, Callable[[bool], dict[str, Any]]] = {
     "scale": _scale,
     "logs_view": _logs_view,
     "report": _report,
+    "dedup": _dedup,
 }
 
 

@@ -5,15 +5,19 @@ One record becomes (one line)::
     <local time YYYY-MM-DD HH:MM:SS,mmm> [<LEVEL>] [<node id>]
     [workload:<r>(<lr>) infra:<r>(<lr>)] <file>:<line> <message>
 
-``?`` stands for an unknown rank; `` [trace_id=<32 hex> span_id=<16 hex>]`` ends the line
-when the record was written inside a span. Further lines of the message and the
-exception text follow, each indented by four spaces, so none reads as a record. Control
-characters other than tab are written as ``\\xNN`` (no ANSI escape reaches the file raw),
-and the line and paragraph separators U+2028 and U+2029 as ``\\u2028`` and ``\\u2029``
-(readers that split lines on them would otherwise see a record broken in two).
+``?`` stands for an unknown rank; `` [trace_id=<32 hex> span_id=<16 hex>]`` follows when
+the record was written inside a span, and `` [repeated <N>x across ranks <ranges>]`` ends
+the line of a record the aggregator's de-duplication window collapsed (its
+``nv.nvrx.dedup.*`` attributes; ``nvrx-otel logs`` writes the same words for its own view).
+Further lines of the message and the exception text follow, each indented by four spaces,
+so none reads as a record. Control characters other than tab are written as ``\\xNN`` (no
+ANSI escape reaches the file raw), and the line and paragraph separators U+2028 and U+2029
+as ``\\u2028`` and ``\\u2029`` (readers that split lines on them would otherwise see a
+record broken in two).
 
 Both the aggregator's node log and the logging front end's stream and file modes write
-this grammar, so it sits below both and imports only the standard library.
+this grammar, so it sits below both and imports only the standard library (and the
+generated attribute keys of ``semconv``, for the repeat note).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import re
 import time
 from collections.abc import Iterable
 from typing import Any, Final
+
+from nvrx_otel.semconv import DEDUP_COUNT, DEDUP_RANKS
 
 _CONTROL: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 """C0 controls except tab, DEL, C1 controls (U+0080..U+009F, e.g. the one-byte CSI) and the
@@ -63,6 +69,46 @@ def local_time(ts_ns: int) -> str:
     return f"{_stamp(ts_ns // _NS)},{ts_ns // _MS % 1000:03d}"
 
 
+def ranges(numbers: Iterable[int]) -> str:
+    """``0-3,7``: sorted numbers with runs written as ranges."""
+    out: list[str] = []
+    run_start = run_end = None
+    for n in sorted(numbers):
+        if run_end is not None and n == run_end + 1:
+            run_end = n
+            continue
+        if run_start is not None:
+            out.append(f"{run_start}" if run_start == run_end else f"{run_start}-{run_end}")
+        run_start = run_end = n
+    if run_start is not None:
+        out.append(f"{run_start}" if run_start == run_end else f"{run_start}-{run_end}")
+    return ",".join(out)
+
+
+def parse_ranges(text: str) -> list[int]:
+    """The numbers of a :func:`ranges` text (``ValueError`` when it is not one)."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, dash, hi = part.partition("-")
+        first = int(lo)
+        last = int(hi) if dash else first
+        if last < first or last - first > 1 << 20:
+            raise ValueError(f"not a range of ranks: {part!r}")
+        out.extend(range(first, last + 1))
+    return out
+
+
+def repeat_note(attrs: Any) -> str:
+    """`` [repeated <N>x across ranks <ranges>]`` for the attributes of a record the
+    aggregator collapsed (``nv.nvrx.dedup.count`` and ``.ranks``); empty for any other."""
+    if not isinstance(attrs, dict):
+        return ""
+    count = attrs.get(DEDUP_COUNT)
+    if count is None:
+        return ""
+    return f" [repeated {count}x across ranks {attrs.get(DEDUP_RANKS, '?')}]"
+
+
 def _field(value: Any, default: str = "?") -> str:
     if value is None:
         return default
@@ -86,6 +132,8 @@ def _slow_format(record: dict[str, Any], node: str) -> str:
     )
     if "trace_id" in record:
         head = f"{head} [trace_id={record['trace_id']} span_id={g('span_id', '?')}]"
+    if "attrs" in record:
+        head += repeat_note(record["attrs"])
     lines = [escape(head)]
     if rest:
         lines.extend(_INDENT + escape(part) for part in rest.split("\n"))
@@ -148,6 +196,8 @@ def format_records(records: Iterable[dict[str, Any]], node: str) -> str:
             )
             if "trace_id" in d:
                 line = f"{line} [trace_id={d['trace_id']} span_id={g('span_id', '?')}]"
+            if "attrs" in d:
+                line += repeat_note(d["attrs"])
             if (
                 search(line) is None
                 and "exc" not in d
@@ -207,6 +257,8 @@ def format_clean_records(records: list[dict[str, Any]], node: str) -> str:
             )
             if "trace_id" in d:
                 line = f"{line} [trace_id={d['trace_id']} span_id={g('span_id', '?')}]"
+            if "attrs" in d:
+                line += repeat_note(d["attrs"])
             append(line)
     except Exception:  # an exception text, a missing or odd field: the careful path
         return format_records(records, node)

@@ -47,6 +47,18 @@ CKPT_PATH: Final = "nv.nvrx.ckpt.path"
 CKPT_STRATEGY: Final = "nv.nvrx.ckpt.strategy"
 """Checkpoint save strategy as named by the framework."""
 
+DEDUP_COUNT: Final = "nv.nvrx.dedup.count"
+"""Number of identical records (same level, logger, call site, message and attributes; one per rank) from ranks of one node that the aggregator's de-duplication window (--dedup-window) collapsed into this one record."""
+
+DEDUP_FIRST_TIME: Final = "nv.nvrx.dedup.first_time"
+"""Timestamp (ns since the epoch) of the earliest record a collapsed record stands for; the record's own time is this one."""
+
+DEDUP_LAST_TIME: Final = "nv.nvrx.dedup.last_time"
+"""Timestamp (ns since the epoch) of the latest record a collapsed record stands for."""
+
+DEDUP_RANKS: Final = "nv.nvrx.dedup.ranks"
+"""Workload ranks whose records a collapsed record stands for, sorted, runs written as ranges."""
+
 DROP_COUNT: Final = "nv.nvrx.drop.count"
 """Number of records a drop or corruption report accounts for."""
 

@@ -4,7 +4,8 @@ A small job runs real processes: ranks logging through the stdlib and loguru fro
 inside the tracing helpers' spans (fault-tolerance, checkpoint, save phase, a fault) under
 a launcher's TRACEPARENT, one killed inside a span, a corrupt spool line, all through a
 real ``nvrx-otel aggregate --otlp-json``; and a rank on the SDK path, its spans encoded by
-the SDK's OTLP encoder. Every attribute key of that OTLP/JSON output must be in the
+the SDK's OTLP encoder. The aggregator runs with ``--dedup-window``, so the records ranks 0
+and 1 share are collapsed ones. Every attribute key of that OTLP/JSON output must be in the
 registry or in OpenTelemetry's semantic conventions, and every key the registry declares
 must be in the output (``tests/semconv_check.py`` does both, for any OTLP/JSON files).
 """
@@ -26,6 +27,9 @@ from tests.semconv_check import never_emitted, otlp_attribute_keys, otlp_request
 
 RANK_SCRIPT = Path(__file__).with_name("semconv_rank.py")
 PARENT_TRACE, PARENT_SPAN = "5e" * 16, "1a" * 8
+DEDUP_WINDOW_MS = 10_000
+"""Ranks 0 and 1 log the same records at about the same time: within this window they
+collapse into records with the ``nv.nvrx.dedup.*`` attributes."""
 JOB = {  # a Slurm array task of a torchrun job, in its second restart cycle
     "SLURM_ARRAY_JOB_ID": "77",
     "SLURM_ARRAY_TASK_ID": "3",
@@ -69,8 +73,8 @@ def _until(cond: object, what: str, timeout: float = 90.0) -> None:
 
 def run_small_job(tmp: Path) -> list[Path]:
     """Run the job; return its OTLP/JSON files (aggregator output and the SDK path's)."""
-    for rank in (0, 1):
-        proc = _rank(tmp, rank, "spool", tmp / "logflow")
+    ranks = [_rank(tmp, rank, "spool", tmp / "logflow") for rank in (0, 1)]
+    for proc in ranks:  # together: their identical records fall in one --dedup-window
         out, _ = proc.communicate(timeout=120)
         assert proc.returncode == 0 and out.endswith(b"ready\n")
     dying = _rank(tmp, 2, "die_in_span", tmp / "logflow")
@@ -92,7 +96,7 @@ def run_small_job(tmp: Path) -> list[Path]:
     agg = spawn(
         [sys.executable, "-m", "nvrx_otel", "aggregate", "--log-dir", str(tmp / "logs"),
          "--wait-file", str(tmp / "wait"), "--check-interval", "0.1", "--drain-timeout", "30",
-         "--otlp-json", str(otlp)],
+         "--otlp-json", str(otlp), "--dedup-window", str(DEDUP_WINDOW_MS)],
         env=agg_env, stderr=subprocess.PIPE,
     )  # fmt: skip
     logs, traces = otlp / "logs_node-a.jsonl", otlp / "traces_node-a.jsonl"

@@ -101,6 +101,15 @@ def build_parser(prog: str = DEFAULT_PROG) -> argparse.ArgumentParser:
         help="write the records of all ranks in timestamp order (within NVRX_OTEL_HOLD_WINDOW_MS)",
     )
     parser.add_argument(
+        "--dedup-window",
+        type=_window_ms,
+        default=0,
+        metavar="MS",
+        help="collapse identical records (same level, logger, call site, message) of many "
+        "ranks read within MS milliseconds into one record carrying the count and the ranks "
+        "(default: 0, off; see docs/dedup.md)",
+    )
+    parser.add_argument(
         "--check-interval",
         type=_seconds(allow_zero=False),
         default=1.0,
@@ -149,6 +158,20 @@ def build_parser(prog: str = DEFAULT_PROG) -> argparse.ArgumentParser:
     return parser
 
 
+def _window_ms(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0 or value > 3_600_000:
+        raise argparse.ArgumentTypeError(f"expected milliseconds, 0-3600000, got {text!r}")
+    return value
+
+
+def _dedup_note(window_ms: int) -> str:
+    return f", collapsing identical records within {window_ms} ms" if window_ms else ""
+
+
 def _url(text: str) -> str:
     if not text.startswith(("http://", "https://")) or len(text.split("://", 1)[1]) == 0:
         raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {text!r}")
@@ -178,6 +201,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = DEFAULT_PROG) -> int:
             since_ns=process_start_ns(),  # this process is the aggregator's (see WaitFile)
             job_id=args.job_id,
             chrono=args.en_chronological_ordering,
+            dedup_window_ms=args.dedup_window,
             check_interval=args.check_interval,
             drain_timeout=args.drain_timeout,
             nice=args.nice,
@@ -194,7 +218,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = DEFAULT_PROG) -> int:
         return 1
     say(
         f"aggregating {aggregator.job_dir} into {aggregator.log_path}"
-        f"{' in chronological order' if config.chrono else ''}; waiting for {config.wait_file}"
+        f"{' in chronological order' if config.chrono else ''}"
+        f"{_dedup_note(config.dedup_window_ms)}; waiting for {config.wait_file}"
     )
     # This process's busy threads, the loop and an OTLP sink's, hand the GIL to each other
     # at every send and receive of the sink: waiting the default 5 ms for it each time, the

@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nvrx_otel.aggregator import state as st
+from nvrx_otel.aggregator.dedup import DedupWindow
 from nvrx_otel.aggregator.health import Health, plural, say
 from nvrx_otel.aggregator.ledger import DropLedgers
 from nvrx_otel.aggregator.lifecycle import AggregatorError, JobLock
 from nvrx_otel.aggregator.merge import ChronoMerge
 from nvrx_otel.aggregator.nodelog import Backup, NodeLogFile, RotationPlan
 from nvrx_otel.aggregator.output import Output
+from nvrx_otel.aggregator.reader import SpoolFile
 from nvrx_otel.aggregator.spooldir import SpoolDir
 from nvrx_otel.spool.paths import SpoolPathError, check_dir, check_root
 
@@ -47,6 +49,7 @@ class Progress:
     _ledgers: DropLedgers
     _lock: JobLock
     _merge: ChronoMerge | None
+    _dedup: DedupWindow | None
     _totals: dict[str, int]
     _dirty: bool
     _broken: bool
@@ -58,6 +61,11 @@ class Progress:
         if not self.config.chrono:
             return None
         return ChronoMerge(self.config.hold_window_ms * 1_000_000)
+
+    def _new_dedup(self) -> DedupWindow | None:
+        if self.config.dedup_window_ms <= 0:
+            return None
+        return DedupWindow(self.config.dedup_window_ms)
 
     def _recover(self) -> None:
         """Resume from the last commit: node log truncated to the committed length,
@@ -178,6 +186,7 @@ class Progress:
         from nvrx_otel.aggregator.otlp_files import FileView
 
         spool = self._spool
+        dedup = self._dedup
         return [
             FileView(
                 name=f.name,
@@ -187,7 +196,7 @@ class Progress:
                 index=f.parts.index,
                 pid=f.pid,
                 committed=f.committed,
-                read=f.offset,
+                read=_read(f, dedup),
                 size=f.size,
                 final=f.final,
                 gone=spool.writer_gone(f.writer),
@@ -226,6 +235,9 @@ class Progress:
         self._spool.close()
         self._log.close()
         self._merge = self._new_merge()
+        if self._dedup is not None:
+            self._dedup.forget()
+        self._dedup = self._new_dedup()
         self._dirty = False
         try:
             self._recover()
@@ -238,3 +250,13 @@ class Progress:
         self._resume_error = ""
         self._broken = False
         return True
+
+
+def _read(f: SpoolFile, dedup: DedupWindow | None) -> int:
+    """How far the sinks may read ``f``: not into what the de-duplication window holds (they
+    get it from the loop, collapsed, once the window is flushed)."""
+    if dedup is not None:
+        start = dedup.first_start(f)
+        if start is not None:
+            return start
+    return f.offset

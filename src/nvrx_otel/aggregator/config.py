@@ -28,6 +28,7 @@ class AggregatorConfig:
     node_id: str | None = None  # None: the identity's node id
     log_name: str | None = None  # None: nvrx_log_<node id>.log
     chrono: bool = False
+    dedup_window_ms: int = 0  # > 0: collapse identical records of many ranks (dedup.py)
     check_interval: float = 1.0
     drain_timeout: float = 20.0
     hold_window_ms: int = DEFAULT_HOLD_WINDOW_MS

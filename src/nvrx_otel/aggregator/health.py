@@ -111,6 +111,7 @@ class Health:
     written: int = 0  # lines written to the node log (records and loss reports)
     dropped: int = 0  # records reported dropped (writers' drops and rotation)
     corrupt: int = 0  # records reported corrupt
+    collapsed: int = 0  # records collapsed into an identical one of another rank (dedup.py)
     last_ts: int = 0  # timestamp of the last record written
     writers: set[str] = field(default_factory=set)
     other_jobs: dict[str, tuple[int, int]] = field(default_factory=dict)  # dir -> files, bytes
@@ -127,12 +128,14 @@ class Health:
         self._mark_time, self._mark_written = now, self.written
         return rate
 
-    def status(self, *, backlog: int, live: int) -> str:
+    def status(self, *, backlog: int, live: int, held: int = 0) -> str:
         lag = (time.time_ns() - self.last_ts) / 1e9 if backlog and self.last_ts else 0.0
         return (
             f"status: lag {max(lag, 0.0):.1f} s, backlog {human_bytes(backlog)}, "
             f"{self.rate():.0f} records/s, {self.written} written, {self.dropped} dropped, "
             f"{self.corrupt} corrupt, {plural(len(self.writers), 'writer')} ({live} live)"
+            + (f", {self.collapsed} collapsed" if self.collapsed else "")
+            + (f", {held} held by the dedup window" if held else "")
         )
 
     def summary(
@@ -152,6 +155,11 @@ class Health:
             f"dropped and {plural(self.corrupt, 'corrupt record')}; "
             f"{plural(len(self.writers), 'writer')}"
         )
+        if self.collapsed:
+            text += (
+                f"; collapsed {plural(self.collapsed, 'record')} into identical ones of other "
+                "ranks (--dedup-window; emitted = kept + collapsed + dropped + corrupt)"
+            )
         if live:
             text += (
                 f"; {plural(live, 'writer')} {'was' if live == 1 else 'were'} still running "

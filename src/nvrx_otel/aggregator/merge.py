@@ -111,10 +111,11 @@ class ChronoMerge:
         keys = list(accumulate(stamps, _max_ts, initial=stamps[0] if prev is None else prev))
         del keys[0]
         weights = None
-        if chunk.reports:
+        if chunk.reports or chunk.collapsed:
             weights = [1] * len(records)
             for i, count in chunk.reports.items():
                 weights[i] = count
+            weights[-1] += chunk.collapsed  # records collapsed into others (dedup.py)
         queue.blocks.append(_Block(chunk, keys, ends, weights))
         f.held += len(records)
         self.held += len(records)

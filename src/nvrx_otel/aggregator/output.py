@@ -54,9 +54,14 @@ class Output:
     def chunk(self, chunk: Chunk) -> None:
         """Write a chunk's records (reading order; the file's ``done`` is the caller's)."""
         records = chunk.records
-        if not records:
-            return
         f = chunk.file
+        if not records:
+            if chunk.collapsed:  # all collapsed into another writer's record: held there
+                rank = f.identity.get("rank")
+                add_stats(
+                    self.log.stats, f.writer, rank, f.pid, chunk.collapsed, f.last_ts, f.last_ts
+                )
+            return
         first = _ts(records[0], f.last_ts)
         last = _ts(records[-1], first)
         acct = (f.writer, f.identity.get("rank"), f.pid, chunk.weight, first, last)

@@ -110,11 +110,13 @@ class Chunk:
     corrupt: int = 0
     dropped: int = 0
     spans: list[dict[str, Any]] | None = None  # span records, when asked for
+    collapsed: int = 0  # records taken out, collapsed into an identical one (``dedup.py``)
 
     @property
     def weight(self) -> int:
-        """Writer records this chunk accounts for: log records plus the reported losses."""
-        return len(self.records) - len(self.reports) + sum(self.reports.values())
+        """Writer records this chunk accounts for: log records, the reported losses and the
+        records collapsed into another."""
+        return len(self.records) - len(self.reports) + sum(self.reports.values()) + self.collapsed
 
 
 def read_header(fd: int) -> bytes:

@@ -85,7 +85,7 @@ class Aggregator(Progress):
         self._log = NodeLogFile(
             self.log_path, max_bytes=config.max_log_bytes, backups=config.log_backups
         )
-        self._totals = {"written": 0, "dropped": 0, "corrupt": 0}
+        self._totals = {"written": 0, "dropped": 0, "corrupt": 0, "collapsed": 0}
         self._out = Output(
             self._log,
             escape(self.node_id),
@@ -102,6 +102,7 @@ class Aggregator(Progress):
             config, self.health, self._sinks, lambda: self._backlog_bytes
         )
         self._merge = self._new_merge()
+        self._dedup = self._new_dedup()
         self._lock = JobLock(self.job_dir)
         self._wait = WaitFile(None)
         self._waker = Waker()
@@ -296,6 +297,10 @@ class Aggregator(Progress):
         timeout = min(self.config.check_interval, next_status - now)
         if stopping:
             timeout = min(timeout, 0.1, self._deadline - now)
+        if self._dedup is not None:
+            wait = self._dedup.wait_s()
+            if wait is not None:
+                timeout = min(timeout, max(wait, 0.01))
         if self._merge is not None and self._merge.held:
             due = self._merge.oldest_ts()
             if due is not None:
@@ -346,6 +351,16 @@ class Aggregator(Progress):
                 if more or budget <= 0:
                     backlog = True  # more to read in this file, or the cycle's budget is spent
                     break  # the rest of this file before the writer's next file
+        dedup = self._dedup
+        if (
+            dedup is not None
+            and dedup.holding
+            and (
+                dedup.due()  # a drain with every writer gone and read waits for no window
+                or (self.stop_reason is not None and not backlog and self._spool.drained())
+            )
+        ):
+            self._flush_dedup()
         if self._merge is not None:
             self._out.released(self._merge.pop(time.time_ns()))
         if (not backlog or self.stop_reason is not None) and self._ledgers.settle(
@@ -365,9 +380,32 @@ class Aggregator(Progress):
         return backlog
 
     def _take(self, chunk: Chunk, start: int) -> None:
-        """The batch read from ``chunk.file`` at ``start``: to the node log, then the sinks."""
+        """The batch read from ``chunk.file`` at ``start``: held by the de-duplication
+        window when there is one, else passed on."""
+        self.health.writers.add(chunk.file.writer)
+        if self._dedup is not None:
+            self._dedup.add(chunk, start)
+        else:
+            self._pass_on(chunk, start)
+
+    def _flush_dedup(self) -> None:
+        """Pass on what the de-duplication window holds, identical records collapsed."""
+        dedup = self._dedup
+        assert dedup is not None
+        before = dedup.collapsed
+        chunks = dedup.flush()
+        collapsed = dedup.collapsed - before
+        self.health.collapsed += collapsed
+        self._totals["collapsed"] = self._totals.get("collapsed", 0) + collapsed
+        try:
+            for chunk, start in chunks:
+                self._pass_on(chunk, start)
+        finally:
+            dedup.passed()
+
+    def _pass_on(self, chunk: Chunk, start: int) -> None:
+        """A batch read from ``chunk.file`` at ``start``: to the node log, then the sinks."""
         f = chunk.file
-        self.health.writers.add(f.writer)
         self.health.dropped += chunk.dropped
         self.health.corrupt += chunk.corrupt
         self._totals["dropped"] += chunk.dropped
@@ -378,7 +416,7 @@ class Aggregator(Progress):
         else:
             self._out.chunk(chunk)
         if not f.held:
-            f.done = f.offset
+            f.done = chunk.end
         for sink in self._sinks.values():
             sink.take(chunk, start)
 
@@ -388,6 +426,8 @@ class Aggregator(Progress):
         if not all(sink.caught_up() for sink in self._sinks.values()):
             return False
         if not self._ledgers.settled():
+            return False
+        if self._dedup is not None and self._dedup.holding:
             return False
         return self._spool.drained()
 
@@ -400,6 +440,8 @@ class Aggregator(Progress):
                 f"records not in it stay in {self.job_dir}"
             )
         else:
+            if self._dedup is not None:
+                self._flush_dedup()
             if self._merge is not None:
                 self._out.released(self._merge.pop(None))
             self._commit()
@@ -424,7 +466,12 @@ class Aggregator(Progress):
         )
 
     def _status(self) -> None:
-        say(self.health.status(backlog=self._spool.backlog(), live=self._spool.live_writers()))
+        held = self._dedup.held if self._dedup is not None else 0
+        say(
+            self.health.status(
+                backlog=self._spool.backlog(), live=self._spool.live_writers(), held=held
+            )
+        )
 
     def _scan_other_jobs(self) -> None:
         for line in self.health.scan_other_jobs(self.config.spool_root, self.job_dir):

@@ -1,14 +1,16 @@
 """Identical messages within a short window collapse into one line (as Ray's console
 de-duplication does).
 
-A record joins the *group* of the first earlier record with the same level and text
-(the whole message, traceback included) when it is at most :data:`WINDOW_NS` later than
-that first record; a record later than that starts a new group. A group is shown once, at
-its first record's place, with how many records it holds and from which ranks:
-``[repeated 127x across ranks 0-127]``. Loss reports never collapse. The records are
-already in time order, so a group is complete once a record later than its window
-arrives; groups still open wait (at most :data:`PENDING_MAX` of them, the oldest shown
-first when more are waiting).
+A record joins the *group* of the first earlier record with the same level and text (the
+whole message, traceback included) when it is at most :data:`WINDOW_NS` later than that
+first record; a record later than that starts a new group. A group is shown once, at its
+first record's place, with how many records it holds and from which ranks: ``[repeated 127x
+across ranks 0-127]``. A record the aggregator's own window collapsed (``nvrx-otel
+aggregate --dedup-window``) counts as the records it stands for, from its ranks, so it
+reads the same (and joins the view's groups the same way). Loss reports never collapse. The
+records are already in time order, so a group is complete once a record later than its
+window arrives; groups still open wait (at most :data:`PENDING_MAX` of them, the oldest
+shown first when more are waiting).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Final
 
+from nvrx_otel.nodeline import ranges as ranges
 from nvrx_otel.view.entry import Entry
 
 WINDOW_NS: Final = 2_000_000_000
@@ -40,15 +43,27 @@ class Group:
         self.infra: set[int] = _EMPTY
         self.unknown = 0
         self.nodes: set[str | None] = _EMPTY_NODES
+        if entry.collapsed is not None:  # the aggregator collapsed records into it
+            self.ranks, self.infra, self.nodes = set(), set(), set()
+            self._note(entry)
+            self.count = entry.collapsed.count
 
     def add(self, entry: Entry) -> None:
-        if self.count == 1:
+        if self.nodes is _EMPTY_NODES:
             self.ranks, self.infra, self.nodes = set(), set(), set()
             self._note(self.entry)
-        self.count += 1
+        self.count += 1 if entry.collapsed is None else entry.collapsed.count
         self._note(entry)
 
     def _note(self, entry: Entry) -> None:
+        c = entry.collapsed
+        if c is not None:
+            self.nodes.add(entry.node)
+            if c.ranks:
+                self.ranks.update(c.ranks)
+            else:
+                self.unknown += c.count
+            return
         if entry.rank is not None:
             self.ranks.add(entry.rank)
         elif entry.irank is not None:
@@ -72,22 +87,6 @@ class Group:
         where = ("from " if single else "across ") + ", ".join(parts)
         nodes = f" on {len(self.nodes)} nodes" if len(self.nodes) > 1 else ""
         return f"repeated {self.count}x {where}{nodes}"
-
-
-def ranges(numbers: Iterable[int]) -> str:
-    """``0-3,7``: sorted numbers with runs written as ranges."""
-    out: list[str] = []
-    run_start = run_end = None
-    for n in sorted(numbers):
-        if run_end is not None and n == run_end + 1:
-            run_end = n
-            continue
-        if run_start is not None:
-            out.append(f"{run_start}" if run_start == run_end else f"{run_start}-{run_end}")
-        run_start = run_end = n
-    if run_start is not None:
-        out.append(f"{run_start}" if run_start == run_end else f"{run_start}-{run_end}")
-    return ",".join(out)
 
 
 def _ranks(word: str, numbers: set[int]) -> str:

@@ -19,6 +19,16 @@ class Loss:
     reason: str
 
 
+@dataclass(frozen=True)
+class Collapsed:
+    """What a record the aggregator's de-duplication window collapsed stands for: ``count``
+    identical records from ``ranks`` (its ``nv.nvrx.dedup.*`` attributes, or the node log's
+    `` [repeated <N>x across ranks <ranges>]``)."""
+
+    count: int
+    ranks: tuple[int, ...]
+
+
 @dataclass(eq=False, slots=True)
 class Entry:
     """One log record as the view sees it, whichever file it came from.
@@ -46,6 +56,7 @@ class Entry:
     number: int  # the number of its (first) line there
     cycle: int | None = None  # restart cycle (OTLP: the resource's nv.nvrx.restart.cycle)
     observed_ns: int | None = None  # OTLP: when the exporter saw it (its observedTimeUnixNano)
+    collapsed: Collapsed | None = None  # the aggregator collapsed identical records into it
 
     @property
     def origin(self) -> str:

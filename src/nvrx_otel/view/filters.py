@@ -93,7 +93,8 @@ def parse_trace(text: str) -> str:
 @dataclass(frozen=True)
 class Filters:
     """The record filters; an unset one lets everything through. A record whose rank (or
-    node, trace id) is unknown fails a filter on it."""
+    node, trace id) is unknown fails a filter on it; one the aggregator collapsed
+    (``--dedup-window``) passes a rank filter when any of the ranks it stands for does."""
 
     ranks: RankSet | None = None  # workload ranks
     infra_ranks: RankSet | None = None
@@ -115,7 +116,9 @@ class Filters:
         if e.severity < self.min_severity:
             return False
         if self.ranks is not None and not in_ranks(e.rank, self.ranks):
-            return False
+            c = e.collapsed  # a record the aggregator collapsed stands for all its ranks
+            if c is None or not any(in_ranks(r, self.ranks) for r in c.ranks):
+                return False
         if self.infra_ranks is not None and not in_ranks(e.irank, self.infra_ranks):
             return False
         if self.nodes is not None and not _node_in(e.node, self.nodes):

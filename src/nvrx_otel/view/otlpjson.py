@@ -21,7 +21,7 @@ from nvrx_otel import semconv
 from nvrx_otel.levels import level_of_severity, severity_of_name
 from nvrx_otel.nodeline import source_file
 from nvrx_otel.view.entry import Entry, Loss
-from nvrx_otel.view.sources import LOSS, Malformed
+from nvrx_otel.view.sources import LOSS, Malformed, collapsed
 
 _IDENTITY: Final = {
     semconv.NODE_ID: "node",
@@ -35,7 +35,16 @@ _CODE_FILE: Final = "code.file.path"
 _CODE_LINE: Final = "code.line.number"
 _STACKTRACE: Final = "exception.stacktrace"
 _WANTED: Final = frozenset(
-    {*_IDENTITY, _CODE_FILE, _CODE_LINE, _STACKTRACE, semconv.DROP_COUNT, semconv.DROP_REASON}
+    {
+        *_IDENTITY,
+        _CODE_FILE,
+        _CODE_LINE,
+        _STACKTRACE,
+        semconv.DROP_COUNT,
+        semconv.DROP_REASON,
+        semconv.DEDUP_COUNT,
+        semconv.DEDUP_RANKS,
+    }
 )
 
 
@@ -148,6 +157,7 @@ def _entry(lr: dict[str, Any], ident: dict[str, Any], path: str, number: int) ->
         what = m["what"] if m is not None else "dropped"
         loss = Loss(what, count, str(attrs.get(semconv.DROP_REASON, "?")))
     node = ids.get("node")
+    repeated = int_of(attrs.get(semconv.DEDUP_COUNT))
     return Entry(
         ts_ns=ts,
         level=level,
@@ -167,6 +177,7 @@ def _entry(lr: dict[str, Any], ident: dict[str, Any], path: str, number: int) ->
         number=number,
         cycle=int_of(ids.get("cycle")),
         observed_ns=observed or None,
+        collapsed=None if repeated is None else collapsed(repeated, attrs.get(semconv.DEDUP_RANKS)),
     )
 
 

@@ -4,7 +4,9 @@
 A record is one line; lines indented by four spaces that follow it are more of its
 message (or its traceback) and belong to it. ``?`` ranks become ``None``; a trailing
 `` [trace_id=<32 hex> span_id=<16 hex>]`` gives the record's ids; the aggregator's loss
-reports (``dropped <N> records from rank ...``) carry a :class:`~nvrx_otel.view.entry.Loss`.
+reports (``dropped <N> records from rank ...``) carry a :class:`~nvrx_otel.view.entry.Loss`,
+and a record the aggregator collapsed (`` [repeated <N>x across ranks <ranges>]`` at the end
+of its line) a :class:`~nvrx_otel.view.entry.Collapsed`.
 Times are the node's local time as written; they are read in this process's local time
 zone (``TZ``).
 """
@@ -18,13 +20,15 @@ from sys import intern
 from typing import Final
 
 from nvrx_otel.levels import severity_of_name
-from nvrx_otel.view.entry import LOSS_FILE, Entry, Loss
+from nvrx_otel.nodeline import parse_ranges
+from nvrx_otel.view.entry import LOSS_FILE, Collapsed, Entry, Loss
 
 LINE: Final = re.compile(
     r"(?P<time>\S{10} \S{8}),(?P<ms>\S{3}) \[(?P<lvl>[^\]]*)\] \[(?P<node>[^\]]*)\] "
     r"\[workload:(?P<r>[^(\s]*)\((?P<lr>[^)\s]*)\) infra:(?P<ir>[^(\s]*)\((?P<ilr>[^)\s]*)\)\] "
     r"(?P<file>.*?):(?P<line>\d+|\?) (?P<msg>.*?)"
     r"(?: \[trace_id=(?P<trace>[0-9a-f]{32}) span_id=(?P<span>[0-9a-f]{16}|\?)\])?"
+    r"(?: \[repeated (?P<rep>\d+)x across ranks (?P<reps>[0-9,-]+|\?)\])?"
 )
 """One record line (matched in full)."""
 INDENT: Final = "    "
@@ -85,7 +89,7 @@ def parse_head(line: str, path: str, number: int, last_ts: int) -> Entry | None:
     m = LINE.fullmatch(line)
     if m is None:
         return None
-    t, ms, lvl, node, r, lr, ir, ilr, file, line_no, msg, trace, span = m.groups()
+    t, ms, lvl, node, r, lr, ir, ilr, file, line_no, msg, trace, span, rep, reps = m.groups()
     sec = local_seconds(t)
     ts = last_ts if sec is None or not ms.isdigit() else sec * _NS + int(ms) * 1_000_000
     lvl = intern(lvl)
@@ -113,7 +117,19 @@ def parse_head(line: str, path: str, number: int, last_ts: int) -> Entry | None:
         loss,
         path,
         number,
+        None,  # cycle: not in the node log's grammar
+        None,  # observed_ns: OTLP only
+        None if rep is None else collapsed(int(rep), reps),
     )
+
+
+def collapsed(count: int, ranks: object) -> Collapsed | None:
+    """A :class:`Collapsed` from a count and a ranges text (no ranks when it is none)."""
+    try:
+        numbers = tuple(parse_ranges(ranks)) if isinstance(ranks, str) else ()
+    except ValueError:
+        numbers = ()
+    return Collapsed(count, numbers) if count > 1 else None
 
 
 class NodeLogParser:

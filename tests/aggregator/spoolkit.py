@@ -70,8 +70,10 @@ class FakeWriter:
         proc: str = "rank0",
         identity: dict[str, Any] | None = None,
         index: int = 0,
+        resource: dict[str, Any] | None = None,
     ) -> None:
         self.directory = directory
+        self.resource = resource or {}  # the header's ``res`` (the OTLP resource)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.writer, self.pid, self.proc = writer, pid, proc
         self.identity = {"node": NODE, "rank": 0, "lrank": 0, "irank": 0, "ilrank": 0}
@@ -92,7 +94,7 @@ class FakeWriter:
         tmp = self.directory / f".{self.path.name}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         header = {"v": 1, "k": "hdr", "w": self.writer, "f": self.index, "ts": time.time_ns()}
-        header.update({"pid": self.pid, "ppid": 1, "proc": self.proc, "res": {}})
+        header.update({"pid": self.pid, "ppid": 1, "proc": self.proc, "res": self.resource})
         os.write(fd, rec.encode(header))
         fcntl.flock(fd, fcntl.LOCK_SH)
         os.rename(tmp, self.path)

@@ -135,7 +135,13 @@ def test_a_held_file_stays_held_until_the_window_passes() -> None:
 # --- the aggregator ----------------------------------------------------------------------------
 
 
-def _storm(tmp: Path, ranks: range, msg: str = STORM, skip: frozenset[int] = frozenset()) -> None:
+def _storm(
+    tmp: Path,
+    ranks: range,
+    msg: str = STORM,
+    skip: frozenset[int] = frozenset(),
+    **fields: Any,
+) -> None:
     for r in ranks:
         if r in skip:
             continue
@@ -145,8 +151,9 @@ def _storm(tmp: Path, ranks: range, msg: str = STORM, skip: frozenset[int] = fro
             pid=1000 + r,
             proc=f"rank{r}",
             identity={"node": "testnode", "rank": r, "lrank": r % 8},
+            resource={semconv.NODE_ID: "testnode", semconv.WORKLOAD_RANK: r},
         )
-        w.log(msg, line=42)
+        w.log(msg, line=42, **fields)
         w.log(f"rank {r} step done")
         w.close()
 
@@ -228,6 +235,27 @@ def test_logs_view_shows_the_collapsed_records_ranks(tmp_path: Path) -> None:
             else:
                 (line,) = lines
                 assert line.endswith(f"{STORM} [repeated 16x across ranks 0-15]"), line
+
+
+def test_report_counts_a_collapsed_failure_for_each_of_its_ranks(tmp_path: Path) -> None:
+    """A storm of ERROR records collapsed into one is a failure of every rank it stands
+    for, and the report's text names them."""
+    from nvrx_otel.report import analyse
+
+    _storm(tmp_path, range(1, 9), sev=17, lvl="ERROR")
+    otlp = tmp_path / "otlp"
+    cfg = config(tmp_path, dedup_window_ms=200, otlp_json=otlp, otlp_from_env=False)
+    with running(cfg) as agg:
+        wait_for(lambda: agg.health.written >= 9, timeout=60, what="the records")
+        wait_for(lambda: (otlp / "logs_testnode.jsonl").exists(), timeout=60, what="OTLP")
+    report = analyse([str(otlp)])
+    assert report.first_failure is not None and report.first_failure.rank == 1
+    assert f"{STORM} [repeated 8x across ranks 1-8]" == report.first_failure.what
+    out = subprocess.run(
+        [sys.executable, "-m", "nvrx_otel", "report", str(otlp)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, check=True,
+    ).stdout  # fmt: skip
+    assert "[repeated 8x across ranks 1-8]" in out
 
 
 RANK = r"""

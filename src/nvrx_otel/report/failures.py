@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from nvrx_otel.nodeline import ranges
 from nvrx_otel.report.model import Failure, Ordering
 from nvrx_otel.report.otlp import Span
 from nvrx_otel.view.entry import Entry
@@ -31,6 +32,9 @@ SKEW_S: Final = 0.5
 
 
 def _log_failure(e: Entry, rank: int) -> Failure:
+    what = e.first_line
+    if e.collapsed is not None:  # the aggregator's de-duplication: say whom it stands for
+        what += f" [repeated {e.collapsed.count}x across ranks {ranges(e.collapsed.ranks)}]"
     return Failure(
         rank=rank,
         node=e.node,
@@ -38,7 +42,7 @@ def _log_failure(e: Entry, rank: int) -> Failure:
         ts_ns=e.ts_ns,
         observed_ns=e.observed_ns,
         kind="log",
-        what=e.first_line,
+        what=what,
         trace_id=e.trace_id,
         span_id=e.span_id,
         origin=e.origin,
@@ -71,9 +75,13 @@ class Failures:
         self.starts: dict[tuple[int, int], int] = {}  # (cycle, rank) -> its failure's start
 
     def log(self, e: Entry) -> None:
-        rank = e.rank
-        if e.severity < ERROR_SEVERITY or rank is None or e.loss is not None:
+        if e.severity < ERROR_SEVERITY or e.rank is None or e.loss is not None:
             return
+        # A record the aggregator collapsed is a failure of each rank it stands for.
+        for rank in e.collapsed.ranks if e.collapsed is not None else (e.rank,):
+            self._log(e, rank)
+
+    def _log(self, e: Entry, rank: int) -> None:
         key = (e.cycle or 0, rank)
         known = self.first_by_rank.get(key)
         trace = e.trace_id

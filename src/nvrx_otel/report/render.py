@@ -57,9 +57,14 @@ def _failure(console: Console, report: Report, title: str, f: Failure) -> None:
         f"  rank {f.rank} on {f.node or '?'} (cycle {f.cycle}) at {when(report, f.ts_ns)}: "
         f"{f.what}",
         markup=False,
+        soft_wrap=True,  # one line, whole: what an engineer greps for
     )
     if f.trace_id:
-        console.print(f"  trace {f.trace_id} span {f.span_id or '?'}  ({f.origin})", markup=False)
+        console.print(
+            f"  trace {f.trace_id} span {f.span_id or '?'}  ({f.origin})",
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 def write_text(report: Report, out: IO[str]) -> None:

@@ -82,9 +82,11 @@ class Activity:
     def log(self, e: Entry) -> None:
         if e.rank is None or e.loss is not None:
             return
-        a = self._touch(e.cycle or 0, e.rank, e.node, e.ts_ns)
-        if a.last_log is None or e.ts_ns >= a.last_log.ts_ns:
-            a.last_log = e
+        # A record the aggregator collapsed was logged by each rank it stands for.
+        for rank in e.collapsed.ranks if e.collapsed is not None else (e.rank,):
+            a = self._touch(e.cycle or 0, rank, e.node, e.ts_ns)
+            if a.last_log is None or e.ts_ns >= a.last_log.ts_ns:
+                a.last_log = e
 
     def span(self, s: Span) -> None:
         if s.rank is None:

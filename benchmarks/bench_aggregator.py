@@ -118,16 +118,7 @@ def _drain(tmp: Path, template: Path, *, chrono: bool) -> dict[str, Any]:
         nice=0,
     )
     aggregator = Aggregator(config)
-    affinity = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(affinity)})
-    try:
-        aggregator.open()
-        aggregator.request_stop("benchmark")  # no writer is alive: drain all, then stop
-        start = time.perf_counter()
-        code = aggregator.run()
-        elapsed = time.perf_counter() - start
-    finally:
-        os.sched_setaffinity(0, affinity)
+    code, elapsed = drain_on_one_cpu(aggregator)
     written = aggregator.health.written
     return {
         "written": written,
@@ -159,3 +150,18 @@ def run(records_per_rank: int) -> dict[str, Any]:
 if __name__ == "__main__":
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
     print(run(n))
+
+
+def drain_on_one_cpu(aggregator: Aggregator) -> tuple[int, float]:
+    """Run ``aggregator`` over what is spooled (no writer alive: it drains all, then
+    stops) pinned to one CPU; its exit code and the seconds it took."""
+    affinity = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(affinity)})
+    try:
+        aggregator.open()
+        aggregator.request_stop("benchmark")
+        start = time.perf_counter()
+        code = aggregator.run()
+        return code, time.perf_counter() - start
+    finally:
+        os.sched_setaffinity(0, affinity)

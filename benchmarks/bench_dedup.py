@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_aggregator import drain_on_one_cpu
 from nvrx_otel import record as rec
 from nvrx_otel.aggregator.service import Aggregator, AggregatorConfig
 from nvrx_otel.spool.paths import SpoolFileName, job_dir
@@ -80,16 +81,7 @@ def _drain(tmp: Path, template: Path, name: str, *, window_ms: int, otlp: bool) 
         otlp_from_env=False,
     )
     aggregator = Aggregator(config)
-    affinity = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(affinity)})
-    try:
-        aggregator.open()
-        aggregator.request_stop("benchmark")  # no writer is alive: drain all, then stop
-        start = time.perf_counter()
-        code = aggregator.run()
-        elapsed = time.perf_counter() - start
-    finally:
-        os.sched_setaffinity(0, affinity)
+    code, elapsed = drain_on_one_cpu(aggregator)
     h = aggregator.health
     records_in = h.written + h.collapsed
     out: dict[str, Any] = {

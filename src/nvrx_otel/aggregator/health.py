@@ -197,36 +197,43 @@ class Health:
         found: list[str] = []
         first_scan = not self._scanned_other_jobs
         self._scanned_other_jobs = True
-        try:
-            entries = list(os.scandir(root))
-        except OSError:
-            return found
-        for entry in entries:
-            if entry.name == own.name or not entry.is_dir(follow_symlinks=False):
-                continue
-            counted = spool_files_in(entry.path)
-            if counted is None or not counted[0]:
-                continue
-            files, size = counted
-            seen = self.other_jobs.get(entry.path)
-            self.other_jobs[entry.path] = (files, size)
+        for path, name, files, size in other_job_dirs(root, own):
+            seen = self.other_jobs.get(path)
+            self.other_jobs[path] = (files, size)
             grew = not first_scan if seen is None else (files > seen[0] or size > seen[1])
-            if grew and entry.path not in self.receiving and not served(Path(entry.path)):
-                self.receiving.add(entry.path)
+            if grew and path not in self.receiving and not served(Path(path)):
+                self.receiving.add(path)
                 none = ", which has received none so far" if self.written == 0 else ""
                 held = f"{plural(files, 'spool file')}, {human_bytes(size)}"
                 found.append(
-                    f"{entry.path} is receiving records of another job ({held}) while this "
+                    f"{path} is receiving records of another job ({held}) while this "
                     f"aggregator serves {own}{none}: the ranks' job id (SLURM_JOB_ID, "
                     f"TORCHELASTIC_RUN_ID, ...) is not this aggregator's; start it with "
-                    f"--job-id {entry.name} or the ranks' environment"
+                    f"--job-id {name} or the ranks' environment"
                 )
             elif seen is None:
                 found.append(
-                    f"{entry.path} holds {plural(files, 'spool file')} ({human_bytes(size)}) of "
+                    f"{path} holds {plural(files, 'spool file')} ({human_bytes(size)}) of "
                     f"another job; this aggregator serves {own} and leaves them alone"
                 )
         return found
+
+
+def other_job_dirs(root: Path, own: Path) -> list[tuple[str, str, int, int]]:
+    """The other jobs' directories under the spool root that hold spool files, by name:
+    (path, name, files, bytes)."""
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        if entry.name == own.name or not entry.is_dir(follow_symlinks=False):
+            continue
+        counted = spool_files_in(entry.path)
+        if counted is not None and counted[0]:
+            found.append((entry.path, entry.name, *counted))
+    return found
 
 
 def spool_files_in(path: str) -> tuple[int, int] | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from nvrx_otel.aggregator.health import served, spool_files_in
+from nvrx_otel.aggregator.health import other_job_dirs, served
 from nvrx_otel.aggregator.spooldir import SpoolDir
 from nvrx_otel.aggregator.state import StateError, load
 from nvrx_otel.spool.paths import LOCK_NAME, SpoolPathError, check_dir, check_root
@@ -159,18 +159,10 @@ def _aggregator_pid(job_dir: Path) -> int | None:
 
 
 def _other_jobs(root: Path, own: Path) -> list[OtherJob]:
-    found: list[OtherJob] = []
-    try:
-        entries = sorted(os.scandir(root), key=lambda e: e.name)
-    except OSError:
-        return found
-    for entry in entries:
-        if entry.name == own.name or not entry.is_dir(follow_symlinks=False):
-            continue
-        counted = spool_files_in(entry.path)
-        if counted is not None and counted[0]:
-            found.append(OtherJob(entry.path, *counted, served(Path(entry.path))))
-    return found
+    return [
+        OtherJob(path, files, size, served(Path(path)))
+        for path, _, files, size in other_job_dirs(root, own)
+    ]
 
 
 def _free(path: Path) -> int | None:

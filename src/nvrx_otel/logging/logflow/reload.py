@@ -66,6 +66,7 @@ class Reloader:
         os.set_blocking(self.read_fd, True)
         self.previous: Any = signal.getsignal(self.number)
         self.pid = os.getpid()
+        self.handled = 0  # signals whose action has run (tests wait on it)
         self.thread = threading.Thread(target=self._run, name="nvrx-otel-reload", daemon=True)
         self.thread.start()
         signal.signal(self.number, self._handler)
@@ -94,6 +95,7 @@ class Reloader:
                     self.action()
                 except Exception as exc:  # a bad reload never stops logging
                     env.warn_once(f"{self.name}: cannot reconfigure logging: {exc}")
+                self.handled += 1  # after the action and what it said
 
     def uninstall(self) -> None:
         """Put the previous handler back and stop the thread."""

@@ -53,7 +53,7 @@ def _otlp(quick: bool) -> dict[str, Any]:
 def _catchup(quick: bool) -> dict[str, Any]:
     from benchmarks import bench_catchup
 
-    return bench_catchup.run(20_000 if quick else 200_000)
+    return bench_catchup.run(20_000 if quick else 200_000, repeats=1 if quick else 3)
 
 
 def _scale(quick: bool) -> dict[str, Any]:

@@ -386,8 +386,8 @@ class Aggregator(Progress):
         self._totals["dropped"] += chunk.dropped
         self._totals["corrupt"] += chunk.corrupt
         self._dirty = True
-        if self._merge is not None:
-            self._merge.add(chunk)
+        if self._merge is not None:  # formatted now, while the chunk is in the CPU's cache
+            self._merge.add(chunk, self._out.texts(chunk))
         else:
             self._out.chunk(chunk)
         if not f.held:

@@ -222,6 +222,7 @@ class LeanSpan(trace.Span):
     """
 
     __slots__ = (
+        "_ajson",
         "_attrs",
         "_ctx",
         "_dropped",
@@ -306,12 +307,14 @@ class LeanSpan(trace.Span):
             key = (self._name, *self._scope, self._kind, ids[2], parent is not None)
             tpl = self._tpl = sink.templates.get(key) or sink.template(key)
             links = self._links
+            attrs = _dumps(self._attrs)
+            self._ajson: bytes | None = attrs  # the end line's too, while unchanged
             if parent is None:
                 line = tpl[0] % (
                     start,
                     ids[0],
                     ids[1],
-                    _dumps(self._attrs),
+                    attrs,
                     _dumps(links) if links else _EMPTY_LIST,
                     seq,
                 )
@@ -320,13 +323,13 @@ class LeanSpan(trace.Span):
                     start,
                     ids[0],
                     ids[1],
-                    _dumps(self._attrs),
+                    attrs,
                     _dumps(links) if links else _EMPTY_LIST,
                     seq,
                     parent.span_id,
                 )
         except Exception:  # a name or value orjson refuses: the dict path, same bytes
-            self._tpl = None
+            self._tpl = self._ajson = None
             self._write_record(_START, start, seq)
             return
         try:  # the writer's append window (SpoolWriter's docstring), inline
@@ -423,6 +426,7 @@ class LeanSpan(trace.Span):
         attrs = self._attrs
         if key in attrs or len(attrs) < limits.attributes:
             attrs[key] = value
+            self._ajson = None  # the end line encodes them again
         else:
             self._count_drop(0)
 
@@ -536,7 +540,7 @@ class LeanSpan(trace.Span):
                     end,
                     trace_id,
                     span_id,
-                    _dumps(self._attrs),
+                    self._ajson or _dumps(self._attrs),
                     _dumps(links) if links else _EMPTY_LIST,
                     seq,
                     self._start,
@@ -550,7 +554,7 @@ class LeanSpan(trace.Span):
                     end,
                     trace_id,
                     span_id,
-                    _dumps(self._attrs),
+                    self._ajson or _dumps(self._attrs),
                     _dumps(links) if links else _EMPTY_LIST,
                     seq,
                     parent.span_id,

@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
 
 from nvrx_otel import record as rec
 from nvrx_otel.tracing import checkpoint_span, setup_tracing
@@ -122,3 +130,24 @@ def test_a_restarted_writer_gets_new_templates(tmp_path: Path) -> None:
     start, end = records["span_start"], records["span_end"]
     assert start["key"].split("-")[0] != end["key"].split("-")[0]
     assert end["key"].split("-")[0] == sink.writer.writer_id
+
+
+def test_a_remote_parents_lines_match_the_dict_path(tmp_path: Path) -> None:
+    tracer = _tracer(tmp_path)
+    remote = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(1))
+    with (
+        trace.use_span(NonRecordingSpan(remote)),
+        tracer.start_as_current_span("under a launcher") as child,
+        tracer.start_as_current_span("grandchild") as grandchild,
+    ):
+        pass
+    with (
+        trace.use_span(NonRecordingSpan(remote)),
+        checkpoint_span("schedule", call_idx=1) as helper,
+    ):
+        pass
+    _check(tmp_path, [child, grandchild, helper])
+    records = {r["name"]: r for r in map(rec.decode, _lines(tmp_path)) if r["k"] == "span_end"}
+    assert records["under a launcher"]["parent_remote"] is True
+    assert records["nv.nvrx.ckpt.schedule"]["parent_remote"] is True
+    assert "parent_remote" not in records["grandchild"]

@@ -117,11 +117,12 @@ class SpanSink:
         self.templates = {}
 
     def template(
-        self, key: tuple[str, str, str | None, int, int, bool]
+        self, key: tuple[str, str, str | None, int, int, int]
     ) -> tuple[bytes, bytes, dict[tuple[Any, ...], Any]]:
         """The ``span_start`` and ``span_end`` line templates of spans named ``key[0]``
         of the scope ``key[1]`` (version ``key[2]``), kind number ``key[3]``, trace flags
-        ``key[4]``, with a parent (``key[5]``) or not; raises when the name cannot be
+        ``key[4]``, without a parent, with one of this process or a remote one (``key[5]``: 0,
+        1, 2); raises when the name cannot be
         encoded (the caller takes the dict path). The third item is the cache that holds
         them: a span that started before the writer restarted sees it is stale."""
         templates = self.templates
@@ -139,6 +140,14 @@ MAX_TEMPLATES: Final = 1024
 """Line templates a sink keeps (one per span name, scope, kind, flags and parentage)."""
 
 
+_REMOTE: Final = 2
+
+
+def _parentage(parent: SpanContext | None) -> int:
+    """0: a root span; 1: a parent of this process; 2 (``_REMOTE``): another process's."""
+    return 0 if parent is None else _REMOTE if parent.is_remote else 1
+
+
 def _pct(data: bytes) -> bytes:
     return data.replace(b"%", b"%%")
 
@@ -150,7 +159,7 @@ def line_templates(
     scope_v: str | None,
     kind: int,
     flags: int,
-    parented: bool,
+    parent: int,
 ) -> tuple[bytes, bytes]:
     """The two lines of a span as ``%`` templates, the bytes the dict path would write
     (``record.spliced_line`` of the dict ``LeanSpan._record`` builds, same field order).
@@ -173,7 +182,8 @@ def line_templates(
         + b',"key":"'
         + _pct(w.writer_id.encode())
         + b'-%x"'
-        + (b',"parent_id":"%016x"' if parented else b"")
+        + (b',"parent_id":"%016x"' if parent else b"")
+        + (b',"parent_remote":true' if parent == _REMOTE else b"")
         + (b',"scope_v":' + _pct(dumps(scope_v)) if scope_v else b"")
     )
     suffix = _pct(w.identity_suffix)
@@ -304,7 +314,7 @@ class LeanSpan(trace.Span):
         try:
             parent = self._parent
             ids = self._ids
-            key = (self._name, *self._scope, self._kind, ids[2], parent is not None)
+            key = (self._name, *self._scope, self._kind, ids[2], _parentage(parent))
             tpl = self._tpl = sink.templates.get(key) or sink.template(key)
             links = self._links
             attrs = _dumps(self._attrs)
@@ -528,7 +538,7 @@ class LeanSpan(trace.Span):
             if tpl is None or tpl[2] is not sink.templates or self._dropped is not None:
                 if self._dropped is not None:
                     raise _DictPath
-                key = (self._name, *self._scope, self._kind, self._ids[2], self._parent is not None)
+                key = (self._name, *self._scope, self._kind, self._ids[2], _parentage(self._parent))
                 tpl = sink.templates.get(key) or sink.template(key)
             trace_id, span_id, _ = self._ids
             links = self._links

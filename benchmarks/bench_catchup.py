@@ -12,9 +12,16 @@ its process starts (interpreter start-up and imports included) to:
   and counts its log records), node log and OTLP both on.
 
 The aggregator runs at nice 0; its peak RSS (``VmHWM``) by then is reported. It is stopped
-by a wait file once everything arrived; its summary must report nothing dropped.
+by a wait file once everything arrived; its summary must report nothing dropped. Its CPU
+time for the whole run (``cpu_s``: user + system, the drain and exit included) is reported
+too: on a shared machine the wall clock also counts the time other processes hold the
+cores, the CPU time does not.
 
-    python -m benchmarks.bench_catchup [records]
+The package's bytecode is compiled before the clock starts, as an installed package's is
+(pip compiles it at install): with ``PYTHONDONTWRITEBYTECODE`` set and an editable install,
+every start would otherwise compile the aggregator's modules from source again.
+
+    python -m benchmarks.bench_catchup [records] [repeats]
 """
 
 from __future__ import annotations
@@ -107,16 +114,33 @@ def _peak_rss_kib(pid: int) -> int:
     return -1
 
 
-def _finish(proc: subprocess.Popen[bytes], tmp: Path) -> tuple[int, int, str]:
-    """Touch the wait file, reap the aggregator: (exit code, peak RSS KiB, stderr)."""
+def _finish(proc: subprocess.Popen[bytes], tmp: Path) -> tuple[int, int, str, float]:
+    """Touch the wait file, reap the aggregator: (exit code, peak RSS KiB, stderr, CPU
+    seconds of the whole run)."""
     rss = _peak_rss_kib(proc.pid)
     (tmp / "done").touch()
     assert proc.stderr is not None
     err = proc.stderr.read().decode(errors="replace")
+    cpu = -1.0
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        cpu = usage.ru_utime + usage.ru_stime
+    except ChildProcessError:  # reaped already
+        pass
     code = proc.wait()
     if rss < 0:
         raise RuntimeError(f"aggregator exited early ({code}):\n{err}")
-    return code, rss, err
+    return code, rss, err, cpu
+
+
+def compile_package() -> None:
+    """Compile the package's bytecode (once), as installing it would."""
+    import compileall
+
+    import nvrx_otel
+
+    compileall.compile_dir(Path(nvrx_otel.__file__).parent, quiet=1)
 
 
 def _node_log(records_per_rank: int, *, chrono: bool) -> dict[str, Any]:
@@ -135,11 +159,13 @@ def _node_log(records_per_rank: int, *, chrono: bool) -> dict[str, Any]:
                 time.sleep(_POLL_S)
             elapsed = time.perf_counter() - start
         finally:
-            code, rss, err = _finish(proc, tmp)
+            code, rss, err, cpu = _finish(proc, tmp)
     return {
         "records": total,
         "seconds": round(elapsed, 3),
         "records_per_s": round(total / elapsed),
+        "cpu_s": round(cpu, 3),
+        "records_per_cpu_s": round(total / cpu) if cpu > 0 else None,
         "peak_rss_mib": round(rss / 1024, 1),
         "exit_code": code,
         "summary": [ln for ln in err.splitlines() if "stopped (" in ln][-1:],
@@ -169,7 +195,7 @@ def _otlp(records_per_rank: int) -> dict[str, Any]:
                     acked = int(line)
                 elapsed = time.perf_counter() - start
             finally:
-                code, rss, err = _finish(proc, tmp)
+                code, rss, err, cpu = _finish(proc, tmp)
         finally:
             receiver.kill()
             receiver.wait()
@@ -178,6 +204,8 @@ def _otlp(records_per_rank: int) -> dict[str, Any]:
         "acknowledged": acked,
         "seconds": round(elapsed, 3),
         "records_per_s": round(total / elapsed),
+        "cpu_s": round(cpu, 3),
+        "records_per_cpu_s": round(total / cpu) if cpu > 0 else None,
         "peak_rss_mib": round(rss / 1024, 1),
         "exit_code": code,
         "summary": [ln for ln in err.splitlines() if "OTLP:" in ln or "stopped (" in ln],
@@ -190,11 +218,25 @@ def _node() -> str:
     return get_identity().node_id
 
 
-def run(records: int = 200_000) -> dict[str, Any]:
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median throughput, with every run's throughput beside it."""
+    ordered = sorted(runs, key=lambda r: r["records_per_s"])
+    median = dict(ordered[len(ordered) // 2])
+    median["runs_records_per_s"] = [r["records_per_s"] for r in runs]
+    median["runs_records_per_cpu_s"] = [r["records_per_cpu_s"] for r in runs]
+    return median
+
+
+def run(records: int = 200_000, repeats: int = 1) -> dict[str, Any]:
+    """Each case ``repeats`` times, interleaved (A B C, A B C, ...); the median run of each."""
     per_rank = max(1, records // RANKS)
-    plain = _node_log(per_rank, chrono=False)
-    chrono = _node_log(per_rank, chrono=True)
-    otlp = _otlp(per_rank)
+    compile_package()
+    runs: dict[str, list[dict[str, Any]]] = {"plain": [], "chrono": [], "otlp": []}
+    for _ in range(max(1, repeats)):
+        runs["plain"].append(_node_log(per_rank, chrono=False))
+        runs["chrono"].append(_node_log(per_rank, chrono=True))
+        runs["otlp"].append(_otlp(per_rank))
+    plain, chrono, otlp = (_median_run(runs[k]) for k in ("plain", "chrono", "otlp"))
     return {
         "node_log": plain,
         "node_log_chronological": chrono,
@@ -213,4 +255,9 @@ def run(records: int = 200_000) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(run(int(sys.argv[1]) if len(sys.argv) > 1 else 200_000))
+    print(
+        run(
+            int(sys.argv[1]) if len(sys.argv) > 1 else 200_000,
+            int(sys.argv[2]) if len(sys.argv) > 2 else 1,
+        )
+    )

@@ -53,7 +53,13 @@ def _otlp(quick: bool) -> dict[str, Any]:
 def _catchup(quick: bool) -> dict[str, Any]:
     from benchmarks import bench_catchup
 
-    return bench_catchup.run(20_000 if quick else 200_000)
+    return bench_catchup.run(20_000 if quick else 200_000, repeats=1 if quick else 3)
+
+
+def _latency(quick: bool) -> dict[str, Any]:
+    from benchmarks import bench_latency
+
+    return bench_latency.run(seconds=2.0 if quick else 5.0)
 
 
 def _scale(quick: bool) -> dict[str, Any]:
@@ -91,6 +97,7 @@ SUITES: dict[str, Callable[[bool], dict[str, Any]]] = {
     "aggregator": _aggregator,
     "otlp": _otlp,
     "catchup": _catchup,
+    "latency": _latency,
     "scale": _scale,
     "logs_view": _logs_view,
     "report": _report,

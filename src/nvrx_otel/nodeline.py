@@ -171,6 +171,22 @@ def format_record(record: dict[str, Any], node_id: str) -> str:
 def format_records(records: Iterable[dict[str, Any]], node: str) -> str:
     """The node-log text of many records (``node`` already escaped), equal to joining
     :func:`format_record` of each; checks every record for what needs care."""
+    return _joined(record_texts(records, node))
+
+
+def _joined(texts: list[str]) -> str:
+    """Record texts (:func:`record_texts`) as node-log text: each ended by a newline."""
+    if not texts:
+        return ""
+    texts.append("")
+    text = "\n".join(texts)
+    texts.pop()
+    return text
+
+
+def record_texts(records: Iterable[dict[str, Any]], node: str) -> list[str]:
+    """Each record's node-log text without its final newline (its line and any
+    continuation lines), checking every record for what needs care."""
     out: list[str] = []
     append = out.append
     search = _CONTROL.search
@@ -209,10 +225,7 @@ def format_records(records: Iterable[dict[str, Any]], node: str) -> str:
         except Exception:  # odd fields: the careful path below copes with anything
             pass
         append(_slow_format(d, node)[:-1])
-    if not out:
-        return ""
-    out.append("")
-    return "\n".join(out)
+    return out
 
 
 def _rank_block(node: str, rank: Any, lrank: Any, irank: Any, ilrank: Any) -> str:
@@ -231,6 +244,12 @@ def format_clean_records(records: list[dict[str, Any]], node: str) -> str:
     character, so no newline either (the reader tells this from the raw JSON: see
     :func:`is_clean`). Falls back to the careful path on anything else. This is the
     aggregator's hot path."""
+    return _joined(clean_record_texts(records, node))
+
+
+def clean_record_texts(records: list[dict[str, Any]], node: str) -> list[str]:
+    """:func:`record_texts` for records known to be clean (see
+    :func:`format_clean_records`)."""
     out: list[str] = []
     append = out.append
     stamps = _STAMPS
@@ -261,11 +280,8 @@ def format_clean_records(records: list[dict[str, Any]], node: str) -> str:
                 line += repeat_note(d["attrs"])
             append(line)
     except Exception:  # an exception text, a missing or odd field: the careful path
-        return format_records(records, node)
-    if not out:
-        return ""
-    out.append("")
-    return "\n".join(out)
+        return record_texts(records, node)
+    return out
 
 
 _DIRTY_MARKS: Final = (b"\\", b"\x7f", b"\xc2")

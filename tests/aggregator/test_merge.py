@@ -48,3 +48,30 @@ def test_one_writer_alone_keeps_file_order_without_a_sort() -> None:
     f = _file("c" * 16)
     merge.add(_chunk(f, [5, 3, 9, 1]))
     assert [r["msg"] for r in merge.pop(None).records] == ["c5", "c3", "c9", "c1"]
+
+
+def _texts(chunk: Chunk) -> list[str]:
+    return [f"text of {r['msg']}" for r in chunk.records]
+
+
+def test_texts_given_with_the_blocks_are_released_in_the_records_order() -> None:
+    merge = ChronoMerge(hold_ns=100)
+    a, b = _file("a" * 16), _file("b" * 16)
+    for chunk in (_chunk(a, [10, 30, 50]), _chunk(b, [20, 40, 60])):
+        merge.add(chunk, _texts(chunk))
+    first = merge.pop(now_ns=145)  # keys <= 45, a part of each block
+    assert first.texts == [f"text of {r['msg']}" for r in first.records]
+    assert [r["msg"] for r in first.records] == ["a10", "b20", "a30", "b40"]
+    rest = merge.pop(None)
+    assert rest.texts == ["text of a50", "text of b60"]
+
+
+def test_without_texts_for_every_block_none_are_released() -> None:
+    merge = ChronoMerge(hold_ns=0)
+    a, b = _file("a" * 16), _file("b" * 16)
+    with_texts = _chunk(a, [1, 3])
+    merge.add(with_texts, _texts(with_texts))
+    merge.add(_chunk(b, [2]))
+    merge.add(_chunk(b, [4]), ["one text too many", "for one record"])  # never: dropped
+    out = merge.pop(None)
+    assert [r["msg"] for r in out.records] == ["a1", "b2", "a3", "b4"] and out.texts is None

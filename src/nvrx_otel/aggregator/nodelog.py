@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from nvrx_otel.aggregator.nofollow import open_output
+from nvrx_otel.nodeline import clean_record_texts as clean_record_texts
 from nvrx_otel.nodeline import escape as escape
 from nvrx_otel.nodeline import format_clean_records as format_clean_records
 from nvrx_otel.nodeline import format_record as format_record
 from nvrx_otel.nodeline import format_records as format_records
 from nvrx_otel.nodeline import is_clean as is_clean
 from nvrx_otel.nodeline import local_time as local_time
+from nvrx_otel.nodeline import record_texts as record_texts
 from nvrx_otel.nodeline import source_file as source_file
 
 # --- the file ------------------------------------------------------------------------------

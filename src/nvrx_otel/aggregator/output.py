@@ -13,8 +13,10 @@ from nvrx_otel.aggregator.nodelog import (
     Backup,
     NodeLogFile,
     add_stats,
+    clean_record_texts,
     format_clean_records,
     format_records,
+    record_texts,
 )
 from nvrx_otel.aggregator.reader import Chunk, SpoolFile
 from nvrx_otel.aggregator.reports import loss_report
@@ -87,17 +89,31 @@ class Output:
             released.records,
             [(f.writer, f.identity.get("rank"), f.pid, a[0], a[1], a[2]) for f, a in acct.items()],
             clean=released.clean,
+            texts=released.texts,
         )
         for f, a in acct.items():
             f.held -= a[4]
             f.done = f.offset if not f.held else a[3]
 
+    def texts(self, chunk: Chunk) -> list[str]:
+        """The node-log texts of a chunk's records, one each (for the chronological merge
+        to hold beside them)."""
+        return (clean_record_texts if chunk.clean else record_texts)(chunk.records, self.node)
+
     def write(
-        self, records: list[dict[str, Any]], acct: Iterable[Accounting], *, clean: bool = False
+        self,
+        records: list[dict[str, Any]],
+        acct: Iterable[Accounting],
+        *,
+        clean: bool = False,
+        texts: list[str] | None = None,
     ) -> None:
         """Append records to the node log (OSError if it cannot be), then hand them to the
-        sinks."""
-        text = (format_clean_records if clean else format_records)(records, self.node)
+        sinks. ``texts``: the records' node-log texts (:meth:`texts`), made already."""
+        if texts is not None:
+            text = "\n".join(texts) + "\n" if texts else ""
+        else:
+            text = (format_clean_records if clean else format_records)(records, self.node)
         data = text.encode("utf-8", "replace")
         if self.log.needs_rotation():
             self.rotate()

@@ -60,6 +60,9 @@ OTHER_JOBS_EVERY_S: Final = 1.0
 """Other jobs' spool directories are looked at every check interval, at most this often."""
 CYCLE_CHUNKS: Final = 16
 """One cycle reads at most this many chunks' worth of bytes, so commits stay frequent."""
+ACTIVE_POLL_S: Final = 0.05
+"""After a cycle that wrote records the next one comes this soon (not a check interval
+later): while ranks log, a record reaches the node log within about this long."""
 
 
 class Aggregator(Progress):
@@ -290,11 +293,16 @@ class Aggregator(Progress):
                 next_status = now + status_every
             self._health_metrics.when_due(now, backlog)
             if not backlog:
-                self._waker.sleep(self._idle_time(now, next_status, stopping))
+                active = self.health.written != written  # ranks are logging: look again soon
+                self._waker.sleep(self._idle_time(now, next_status, stopping, active))
         self._finish()
 
-    def _idle_time(self, now: float, next_status: float, stopping: bool) -> float:
+    def _idle_time(
+        self, now: float, next_status: float, stopping: bool, active: bool = False
+    ) -> float:
         timeout = min(self.config.check_interval, next_status - now)
+        if active:
+            timeout = min(timeout, ACTIVE_POLL_S)
         if stopping:
             timeout = min(timeout, 0.1, self._deadline - now)
         if self._dedup is not None:
@@ -318,6 +326,7 @@ class Aggregator(Progress):
         backlog = False
         budget = self.config.chunk_bytes * CYCLE_CHUNKS
         groups = list(spool.writers())
+        written = self.health.written
         self._cycles += 1
         turn = self._cycles % len(groups) if groups else 0
         for _, files in groups[turn:] + groups[:turn]:  # a bounded cycle starts round-robin
@@ -370,7 +379,11 @@ class Aggregator(Progress):
         self._dirty = self._dirty or any(sink.dirty for sink in self._sinks.values())
         if not self._dirty:  # files become final with time alone: delete them all the same
             self._delete_consumed()
-        if self._dirty and (not backlog or time.monotonic() - self._last_commit >= COMMIT_EVERY_S):
+        # Caught up: commit, unless this cycle wrote records and the last commit is recent
+        # (cycles come every ACTIVE_POLL_S while ranks log: each commit costs fsyncs)
+        quiet = self.health.written == written or self.stop_reason is not None
+        due = time.monotonic() - self._last_commit >= COMMIT_EVERY_S
+        if self._dirty and (due or (not backlog and quiet)):
             self._commit()
             self._delete_consumed()
         elif self._sinks:  # finality and liveness change with time alone
@@ -411,8 +424,8 @@ class Aggregator(Progress):
         self._totals["dropped"] += chunk.dropped
         self._totals["corrupt"] += chunk.corrupt
         self._dirty = True
-        if self._merge is not None:
-            self._merge.add(chunk)
+        if self._merge is not None:  # formatted now, while the chunk is in the CPU's cache
+            self._merge.add(chunk, self._out.texts(chunk))
         else:
             self._out.chunk(chunk)
         if not f.held:

@@ -66,7 +66,7 @@ from nvrx_otel.tracing.kinds import (
     warn_unknown,
 )
 from nvrx_otel.tracing.propagation import LinkLike, to_links
-from nvrx_otel.tracing.provider import NvrxTracer
+from nvrx_otel.tracing.provider import LeanBackend, NvrxTracer
 from nvrx_otel.tracing.span import LeanSpan, report_once, type_name
 
 SCOPE_VERSION: Final = _version.__version__
@@ -281,9 +281,28 @@ class SpanHelper(Scope):
                     if value is not None and type(value) not in PLAIN:
                         attrs = self._attributes(owned=True)
             if ours is not None:  # straight to the backend: no keyword passing
-                span = ours._provider.backend.start_span(
-                    ours, sdef.name, None, _INTERNAL, attrs, links, self._start_time, False, False
-                )
+                backend = ours._provider.backend
+                if (  # the common case: the spool, plain attributes for this span alone
+                    links is None
+                    and type(attrs) is Owned
+                    and type(backend) is LeanBackend
+                    and backend.sink is not None
+                    and len(attrs) <= backend.sink.max_attributes
+                    and self._start_time is None
+                ):
+                    span = backend.start_owned(ours, sdef.name, attrs)
+                else:
+                    span = backend.start_span(
+                        ours,
+                        sdef.name,
+                        None,
+                        _INTERNAL,
+                        attrs,
+                        links,
+                        self._start_time,
+                        False,
+                        False,
+                    )
             else:
                 span = tracer.start_span(
                     sdef.name,

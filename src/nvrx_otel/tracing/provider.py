@@ -47,6 +47,7 @@ from nvrx_otel.tracing._scope import put as _put
 from nvrx_otel.tracing.sampling import SamplerConfig
 from nvrx_otel.tracing.span import FAST_CONTEXT as _FAST_CONTEXT
 from nvrx_otel.tracing.span import LeanSpan, SpanSink, report_once
+from nvrx_otel.tracing.span import start_owned as _start_owned
 
 EXIT_TIMEOUT_S: Final = 0.8
 """Longest a shutdown (at exit, or when reconfiguring) waits for exporters."""
@@ -166,6 +167,37 @@ class LeanBackend(Backend):
             links,
             start_time,
             record_exception | (set_status_on_exception << 1),
+        )
+
+    def start_owned(self, tracer: NvrxTracer, name: str, attributes: dict[str, Any]) -> trace.Span:
+        """``start_span(tracer, name, None, INTERNAL, attributes, None, None, False,
+        False)`` for attributes built for this span alone, already clean and within the
+        limits (``span.start_owned``): the span helpers' path."""
+        span: Any = _current_span() if _VAR is None else _VAR.get().get(_KEY)
+        parent = None if span is None else span.get_span_context()
+        if parent is None or not parent.is_valid:
+            parent = self.env_parent
+        if parent is None:
+            trace_id = _getrandbits(128) or 1
+            sampled = (trace_id & _LOW_64) < self._bound
+            flags = 3 if sampled else 2
+            state = DEFAULT_TRACE_STATE
+        else:
+            trace_id = parent.trace_id
+            pflags = parent.trace_flags
+            sampled = bool(pflags & 1) if self._parent_based else (trace_id & _LOW_64) < self._bound
+            flags = (pflags & 2) | sampled
+            state = parent.trace_state
+        span_id = _getrandbits(64) or 1
+        if _FAST_CONTEXT:
+            ctx = _tuple_new(SpanContext, (trace_id, span_id, False, _FLAGS[flags], state, True))
+        else:
+            ctx = SpanContext(trace_id, span_id, False, _FLAGS[flags], state)
+        sink = self.sink
+        if sink is None or not sampled:
+            return NonRecordingSpan(ctx)
+        return _start_owned(
+            sink, ctx, (trace_id, span_id, flags), parent, name, tracer.scope_pair, attributes
         )
 
 

@@ -1,12 +1,14 @@
 """The bridge: every loguru record becomes the project's record in the rank's spool.
 
-It is installed as the *filter* of a loguru handler that never writes (its filter returns
-False). loguru runs a handler's filter in the calling thread, before it formats anything
-or takes the handler's lock, whatever the other handlers do with ``enqueue=True``. So the
-record is in the kernel when the log call returns — a killed process loses nothing it
-logged — its trace and span ids are those of the call site, and it costs one function
-call. (A sink would run in loguru's writer thread under ``enqueue``; a patcher runs before
-the level and module filters and is replaced by any ``logger.configure(patcher=...)``.)
+It is installed as the *filter* of the run file's loguru handler (it spools the record,
+then returns whether the run file takes it), or, without a run file, of a handler that
+never writes (its filter returns False). loguru runs a handler's filter in the calling
+thread, before it formats anything or takes the handler's lock, whatever the other
+handlers do with ``enqueue=True``. So the record is in the kernel when the log call
+returns — a killed process loses nothing it logged — its trace and span ids are those of
+the call site, and it costs one function call. (A sink would run in loguru's writer
+thread under ``enqueue``; a patcher runs before the level and module filters and is
+replaced by any ``logger.configure(patcher=...)``.)
 
 The handler's level and :class:`~nvrx_otel.logging.logflow.levels.ModuleLevels` are the
 run file's: what goes into the run file goes into the node log.
@@ -23,6 +25,7 @@ from nvrx_otel import _tracectx, levels
 from nvrx_otel import record as rec
 from nvrx_otel.logging.handler import SPOOLED_ATTR, add_exception, report_error
 from nvrx_otel.logging.logflow.levels import FILE, ModuleLevels
+from nvrx_otel.spool import writer as spool_writer
 from nvrx_otel.spool.writer import SpoolWriter
 
 NAME_KEY: Final = "name"
@@ -31,6 +34,7 @@ NAME_KEY: Final = "name"
 _sev_by_name: dict[str, int] = {}
 _dumps = orjson.dumps
 _current_span = _tracectx.current_span
+_encoded_ids = _tracectx.encoded_ids
 
 
 def severity(name: str, no: int) -> int:
@@ -55,19 +59,72 @@ def flatten(
     return attrs
 
 
-class SpoolBridge:
-    """A loguru filter that writes the record to ``writer`` and returns False.
+_MAX_CACHED: Final = 4096
+"""Entries each of the bridge's caches keeps (heads, templates, call sites, threads)."""
+_append = spool_writer.append
 
-    Like the stdlib fast path, it builds the spool line itself: a cached head per level
-    and logger name, the record's own fields, and the writer's identity suffix.
+
+class SpoolBridge:
+    """A loguru filter that writes the record to ``writer``; returns whether the run file
+    takes it (``keep``), or False on a handler of its own.
+
+    Like the stdlib fast path, it builds the spool line itself. A plain record (no
+    exception, no ``extra`` beyond the bound name) is one ``%`` of a cached line template
+    per level and logger name (``record.log_template``) with the message's JSON and cached
+    call-site and thread fields, appended through the writer's append window inline; any
+    other record is a dict of its own fields after a cached head (``record.headed_line``).
+    Both write the same bytes for the same record.
     """
 
-    def __init__(self, writer: SpoolWriter, levels: ModuleLevels | None) -> None:
+    def __init__(
+        self, writer: SpoolWriter, levels: ModuleLevels | None, *, keep: bool = False
+    ) -> None:
+        """``keep``: return True for a record the level rules let through (the filter of
+        the run file's handler, which then writes it too); else always False (the filter
+        of a handler of its own that never writes)."""
         self.writer = writer
+        self.keep = keep
         self.levels = levels
         self.cache = levels.caches[FILE] if levels is not None else None
         self.heads: dict[tuple[str, int, str], bytes] = {}
+        # (level name, level no, logger name, traced) -> line template (has the writer id)
+        self.templates: dict[tuple[str, int, str, bool], bytes] = {}
+        self.sites: dict[tuple[str, int, str], bytes] = {}  # (path, line, function) -> fields
+        self.threads: dict[tuple[int, str], bytes] = {}  # (id, name) -> fields
         self.start_ns: int | None = None  # loguru's start time, from the first record
+        writer.watch_starts(self)
+
+    def writer_started(self) -> None:
+        """The writer has a new id and identity (a forked child): forget the templates."""
+        self.templates = {}
+
+    def template(self, key: tuple[str, int, str, bool]) -> bytes:
+        """The line template of a level and logger name, with trace ids (``key[3]``) or not."""
+        level, no, lg, traced = key
+        w = self.writer
+        head = self.heads.get(key[:3]) or self.head(level, no, lg)
+        if len(self.templates) >= _MAX_CACHED:
+            self.templates = {}
+        template = self.templates[key] = rec.log_template(
+            head, w.writer_id, w.identity_suffix, trace=traced
+        )
+        return template
+
+    def site(self, key: tuple[str, int, str], name: str) -> bytes:
+        """The ``file``/``path``/``line``/``fn`` fields of a call site, encoded once."""
+        if len(self.sites) >= _MAX_CACHED:
+            self.sites = {}
+        path, line, fn = key
+        fields = {"file": name, "path": path, "line": line, "fn": fn}
+        encoded = self.sites[key] = rec.encoded_fields(fields)
+        return encoded
+
+    def thread(self, key: tuple[int, str]) -> bytes:
+        """The ``tid``/``tn`` fields of a thread, encoded once."""
+        if len(self.threads) >= _MAX_CACHED:
+            self.threads = {}
+        encoded = self.threads[key] = rec.encoded_fields({"tid": key[0], "tn": key[1]})
+        return encoded
 
     def head(self, level: str, no: int, lg: str) -> bytes:
         """The constant start of a line (``{"v":1,"k":"log","sev":..,"lvl":..,"lg":..,``)."""
@@ -78,6 +135,7 @@ class SpoolBridge:
         return head
 
     def __call__(self, record: Any) -> bool:
+        keep = self.keep
         try:
             level = record["level"]
             cache = self.cache
@@ -92,12 +150,11 @@ class SpoolBridge:
             bound: Any = None
             if extra:
                 if SPOOLED_ATTR in extra:
-                    return False  # the stdlib front end spooled it already
+                    return keep  # the stdlib front end spooled it already
                 bound = extra.get(NAME_KEY)
             named = bound.__class__ is str
             lg: str = bound if named else (record["name"] or "")
             writer = self.writer
-            key = writer.next_key()
             file = record["file"]
             thread = record["thread"]
             elapsed = record["elapsed"]  # loguru's time minus its start: cheaper than time
@@ -106,6 +163,41 @@ class SpoolBridge:
             if start is None:
                 start = self.start_ns = round(record["time"].timestamp() * 1e6) * 1000 - us * 1000
             ts = start + us * 1000
+            if record["exception"] is None and (not extra or (named and len(extra) == 1)):
+                # the template path (the dict path below writes the same bytes)
+                try:
+                    msg = _dumps(record["message"])
+                except (TypeError, orjson.JSONEncodeError):  # lone surrogates: the dict path
+                    pass
+                else:
+                    where = (file.path, record["line"], record["function"])
+                    site = self.sites.get(where) or self.site(where, file.name)
+                    who = (thread.id, thread.name)
+                    fields = self.threads.get(who) or self.thread(who)
+                    trace = b"" if _current_span() is None else _encoded_ids(None)
+                    tkey = (level.name, level.no, lg, bool(trace))
+                    template = self.templates.get(tkey) or self.template(tkey)
+                    seq = next(writer.counter)
+                    if trace:
+                        line = template % (ts, msg, site, fields, seq, trace)
+                    else:
+                        line = template % (ts, msg, site, fields, seq)
+                    n = len(line)  # the writer's append window (SpoolWriter), inline
+                    if writer.size + n > writer.limit:
+                        writer.write_line(line, ts)
+                        return keep
+                    fd = writer.fd
+                    try:
+                        written = _append(fd, line, writer.size)
+                    except OSError as err:
+                        writer.write_failed(err, ts)
+                        return keep
+                    if written == n:
+                        writer.size += n
+                    else:
+                        writer.finish_short_write(fd, line, written, ts)
+                    return keep
+            key = writer.next_key()
             out: dict[str, Any] = {
                 "ts": ts,
                 "msg": record["message"],
@@ -137,7 +229,7 @@ class SpoolBridge:
         except Exception as exc:  # telemetry never breaks the log call
             self.writer.lost()  # (a signal handler's exception too: the record is lost)
             report_error("cannot spool a loguru record", exc, lost=True)
-        return False
+        return keep
 
 
 def discard(message: Any) -> None:

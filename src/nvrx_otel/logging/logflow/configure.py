@@ -357,6 +357,10 @@ def _apply(settings: Settings, *, implicit: bool) -> None:
         ids.append((hid, CONSOLE))
     if path is not None:
         file_filter: Any = LevelFilter(levels, FILE) if levels else None
+        # Without reloadable levels the bridge is the run file's filter (it spools, then
+        # says whether the file takes the record): one handler less for loguru per record.
+        if writer is not None and not reloadable:
+            file_filter = SpoolBridge(writer, levels, keep=True)
         if reloadable:
             file_filter = Switch(floored(file_floor, file_filter))
             switches.append((file_filter, FILE, None))
@@ -384,7 +388,7 @@ def _apply(settings: Settings, *, implicit: bool) -> None:
         except OSError as exc:  # the console and the spool still work
             env.warn_once(f"cannot open the run file {path}: {exc}; no run file")
             path = None
-    if writer is not None:
+    if writer is not None and (path is None or reloadable):  # the bridge on its own handler
         bridge: Any = SpoolBridge(writer, levels)
         if reloadable:
             bridge = Switch(floored(file_floor, bridge))

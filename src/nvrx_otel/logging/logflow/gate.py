@@ -117,9 +117,15 @@ def _open(level_no: int, options: tuple[Any, ...]) -> bool:
 
 class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is untyped
     """loguru's Logger whose level methods consult the gate first (while it is active) and
-    never raise a bad format call into training (:func:`~.safecall.kept`)."""
+    never raise a bad format call into training (:func:`~.safecall.kept`).
+
+    A level method first compares its level with loguru's lowest handler level, as
+    loguru's ``_log`` does first (the levels of loguru's own names are fixed): a call no
+    handler takes then costs less than plain loguru's, which makes that call."""
 
     def trace(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
+        if self._core.min_level > 5:  # what loguru checks first, without its call
+            return
         if not _gate.active or _open(5, self._options):
             try:
                 self._log("TRACE", False, self._options, message, args, kwargs)
@@ -128,6 +134,8 @@ class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is unt
                     raise
 
     def debug(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
+        if self._core.min_level > 10:  # what loguru checks first, without its call
+            return
         if not _gate.active or _open(10, self._options):
             try:
                 self._log("DEBUG", False, self._options, message, args, kwargs)
@@ -136,6 +144,8 @@ class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is unt
                     raise
 
     def info(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
+        if self._core.min_level > 20:  # what loguru checks first, without its call
+            return
         if not _gate.active or _open(20, self._options):
             try:
                 self._log("INFO", False, self._options, message, args, kwargs)
@@ -144,6 +154,8 @@ class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is unt
                     raise
 
     def success(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
+        if self._core.min_level > 25:  # what loguru checks first, without its call
+            return
         if not _gate.active or _open(25, self._options):
             try:
                 self._log("SUCCESS", False, self._options, message, args, kwargs)
@@ -152,6 +164,8 @@ class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is unt
                     raise
 
     def warning(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
+        if self._core.min_level > 30:  # what loguru checks first, without its call
+            return
         if not _gate.active or _open(30, self._options):
             try:
                 self._log("WARNING", False, self._options, message, args, kwargs)
@@ -160,6 +174,8 @@ class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is unt
                     raise
 
     def error(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
+        if self._core.min_level > 40:  # what loguru checks first, without its call
+            return
         if not _gate.active or _open(40, self._options):
             try:
                 self._log("ERROR", False, self._options, message, args, kwargs)
@@ -168,6 +184,8 @@ class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is unt
                     raise
 
     def critical(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
+        if self._core.min_level > 50:  # what loguru checks first, without its call
+            return
         if not _gate.active or _open(50, self._options):
             try:
                 self._log("CRITICAL", False, self._options, message, args, kwargs)
@@ -176,6 +194,8 @@ class GatedLogger(_LoguruLogger):  # type: ignore[misc]  # loguru's class is unt
                     raise
 
     def exception(self, message: Any, /, *args: Any, **kwargs: Any) -> None:
+        if self._core.min_level > 40:  # what loguru checks first, without its call
+            return
         if not _gate.active or _open(40, self._options):
             options = (True, *self._options[1:])
             try:

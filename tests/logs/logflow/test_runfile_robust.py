@@ -63,7 +63,10 @@ def test_rotation_size_counts_what_forked_children_append(tmp_path: Path, enqueu
     assert proc.returncode == 0, proc.stderr
     logs = tmp_path / "logs"
     sizes = {p.name: p.stat().st_size for p in logs.iterdir() if not p.name.endswith(".lock")}
-    assert max(sizes.values()) <= 16_000, sizes  # every file within the size, batches split
+    # Every file within the size, batches split; a line another process was writing at the
+    # moment of rotation may still land in the archive (documented): one line of slack.
+    # Before sizes counted every writer, files reached 1.4 MB here.
+    assert max(sizes.values()) <= 16_000 + 200, sizes
     text = _texts(logs)
     assert text.count(" | child ") == 1500 and text.count(" | parent ") == 501
 

@@ -19,7 +19,13 @@ ranks (1 to 64 nodes) with the same records per rank; for each size:
 - ``ns_per_record``: CPU time (user + system) of all the processes while they worked
   (collectors and broker from /proc, aggregators their own process time), per record, in
   total and per tier. The question is whether it stays flat as ranks grow, not parallel
-  speed.
+  speed;
+- ``idle_cpu_ms_per_s_<tier>``: what the agent, the gateway (and the broker) cost per
+  second with nothing to move, measured for 2 s before the clock starts while the
+  gateway's metrics are polled as during the run; ``ns_per_record_net`` is the total less
+  that idle cost over the run's wall time: the part that is per record. A small job's
+  ``ns_per_record`` carries this per-second cost over few records (its run lasts about a
+  second), so the flatness is given for both.
 
 Two paths, in one run: ``direct`` (agent → gateway over OTLP/gRPC) and ``kafka`` (the
 agent writes to a real Kafka broker, ``agent-kafka.yaml``; Apache Kafka 4 in KRaft mode,
@@ -66,6 +72,8 @@ QUICK_RANK_COUNTS = (8, 32)
 RECORDS_PER_RANK = 3_000
 REPEATS = 3
 PATHS = ("direct", "kafka")
+POLL_S = 0.05  # how often the gateway's metrics are read while a size runs
+IDLE_S = 2.0  # how long the idle tiers' CPU is measured before each size
 WORKERS = 2  # aggregator processes; with the agent and the gateway, 4 processes
 JOB = "bench"
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
@@ -75,10 +83,30 @@ _KEY = re.compile(rb'"nv\.nvrx\.record\.key","value":\{"stringValue":"([0-9a-f]{
 # --- the aggregator worker (a subprocess) ----------------------------------------------------
 
 
+def _preload() -> None:
+    """Import what the aggregator imports lazily on its first export (OTLP encoding, the
+    health metrics' SDK and exporter): a process pays it once per job, not per record, and
+    the smallest size would otherwise carry it over its few records."""
+    import importlib
+
+    for module in (
+        "nvrx_otel.aggregator.otlp_encode",
+        "nvrx_otel.aggregator.otlp_wire",
+        "nvrx_otel.aggregator.otlp_http",
+        "nvrx_otel.aggregator.otlp_metrics",
+        "opentelemetry.sdk.metrics",
+        "opentelemetry.sdk.metrics.export",
+        "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+        "requests.utils",
+    ):
+        importlib.import_module(module)
+
+
 def _worker(endpoint: str, log_root: str, roots: list[str]) -> None:
     """Drain each node's spool (one after the other) to ``endpoint``; print the totals."""
     from nvrx_otel.aggregator.service import Aggregator, AggregatorConfig
 
+    _preload()
     print("ready", flush=True)
     sys.stdin.readline()  # "go"
     start = time.process_time()
@@ -193,6 +221,24 @@ def _warm_up(agent_http: int, gateway_metrics: int) -> int:
     return 1
 
 
+def _idle_rates(
+    agent: _Collector, gateway: _Collector, kafka: KafkaTopics | None, gateway_metrics: int
+) -> dict[str, float]:
+    """CPU seconds per second each long-running tier spends with no record to move, while
+    the gateway's metrics are polled as during the measurement (so that part of the
+    benchmark's own cost is in it too): a per-second cost, not a per-record one."""
+    procs: dict[str, Any] = {"agent": agent.cpu_s, "gateway": gateway.cpu_s}
+    if kafka is not None:
+        procs["broker"] = kafka.broker.cpu_s
+    before = {tier: cpu() for tier, cpu in procs.items()}
+    start = time.perf_counter()
+    while time.perf_counter() - start < IDLE_S:
+        _metric(gateway_metrics, "otelcol_exporter_sent_log_records")
+        time.sleep(POLL_S)
+    seconds = time.perf_counter() - start
+    return {tier: (cpu() - before[tier]) / seconds for tier, cpu in procs.items()}
+
+
 # --- one size ----------------------------------------------------------------------------------
 
 
@@ -289,6 +335,7 @@ def _one_size(
             )
         for p in workers:
             assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        idle = _idle_rates(agent, gateway, kafka, gw["metrics"])
         agent_cpu0, gateway_cpu0 = agent.cpu_s(), gateway.cpu_s()
         broker_cpu0 = kafka.broker.cpu_s() if kafka else 0.0
         start = time.perf_counter()
@@ -301,7 +348,7 @@ def _one_size(
             if any(p.poll() not in (None, 0) for p in workers):
                 errors.seek(0)
                 raise RuntimeError(f"an aggregator worker failed:\n{errors.read().decode()}")
-            time.sleep(0.05)
+                time.sleep(POLL_S)
         seconds = time.perf_counter() - start
         agent_cpu, gateway_cpu = agent.cpu_s() - agent_cpu0, gateway.cpu_s() - gateway_cpu0
         broker_cpu = kafka.broker.cpu_s() - broker_cpu0 if kafka else 0.0
@@ -352,6 +399,8 @@ def _one_size(
         "ns_per_record_agent": round(agent_cpu / total * 1e9),
         "ns_per_record_gateway": round(gateway_cpu / total * 1e9),
         **({"ns_per_record_broker": round(broker_cpu / total * 1e9)} if kafka else {}),
+        **{f"idle_cpu_ms_per_s_{tier}": round(rate * 1e3, 1) for tier, rate in idle.items()},
+        "ns_per_record_net": round((cpu - sum(idle.values()) * seconds) / total * 1e9),
     }
 
 
@@ -383,6 +432,8 @@ def _combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for key in first:
         if key.startswith("ns_per_record"):
             combined[key] = round(_median([r[key] for r in runs]))
+        elif key.startswith("idle_cpu"):
+            combined[key] = round(_median([r[key] for r in runs]), 1)
     combined["ns_per_record_repeats"] = " ".join(str(r["ns_per_record"]) for r in runs)
     return combined
 

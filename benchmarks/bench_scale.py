@@ -212,8 +212,7 @@ def _warm_up(agent_http: int, gateway_metrics: int) -> int:
     agent and wait until the gateway wrote it. Through Kafka the logs topic then exists and
     the gateway's consumer has its partitions (it looks for a missing topic every few
     seconds, which would otherwise count as throughput); on either path the agent's
-    connection and the gateway's first request (about half a second of its CPU, once per
-    process) are paid before the clock starts, not by the smallest size's few records."""
+    connection to its next hop is made before the clock starts."""
     body = {"resourceLogs": [{"scopeLogs": [{"logRecords": [{"body": {"stringValue": "warm"}}]}]}]}
     requests.post(f"http://127.0.0.1:{agent_http}/v1/logs", json=body, timeout=10)
     deadline = time.monotonic() + 60

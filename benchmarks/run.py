@@ -63,7 +63,7 @@ def _scale(quick: bool) -> dict[str, Any]:
         return bench_scale.run(
             records_per_rank=500, rank_counts=bench_scale.QUICK_RANK_COUNTS, repeats=1
         )
-    return bench_scale.run()  # both paths, 8 to 512 ranks, 3 repeats: about 5 minutes on 2 cores
+    return bench_scale.run()  # both paths, 8 to 512 ranks, 3 repeats: 6-7 minutes on 2 cores
 
 
 def _logs_view(quick: bool) -> dict[str, Any]:

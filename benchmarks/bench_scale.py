@@ -1,29 +1,46 @@
-"""Scale: simulated nodes' spools through aggregators, a node agent and one gateway.
+"""Scale: simulated nodes' spools through aggregators, a node agent and one gateway,
+directly over OTLP and through Kafka.
 
-Each simulated node is a spool of 8 ranks made by ``bench_aggregator.prepare`` (one
-template, copied per node with its own writer ids, so every record key is unique in the
-job). A small fixed pool of processes does the work, at most 4 at a time on a 2-core
+What is simulated: the ranks. Each simulated node is a spool of 8 ranks made by
+``bench_aggregator.prepare`` (files and records exactly as the spool writer makes them, one
+template), copied per node with writer ids of its own, so every writer and record key is
+unique in the job; no rank process runs while the clock runs, so the aggregators drain a
+backlog (as after a log storm or an outage), not a trickle. What is real: the rest. A
+small fixed pool of processes does the work, at most 4 (5 with the broker) on a 2-core
 machine: one gateway (``gateway.yaml``), one agent (``agent.yaml``) and 2 aggregator
-workers, each draining its share of the nodes one after the other (an in-process
-``Aggregator`` per node, exporting OTLP/HTTP to the agent). The job grows from 8 to 512
-ranks with the same records per rank; for each size:
+workers, each draining its share of the nodes one after the other with the real
+``Aggregator`` (node log written, OTLP/HTTP to the agent). The job grows from 8 to 512
+ranks (1 to 64 nodes) with the same records per rank; for each size:
 
 - ``records_per_s``: records through the gateway, from "go" until the gateway's file
   exporter has sent every log record (its own metric), over wall time;
 - ``loss``: expected record keys missing from the gateway's ``logs*.jsonl`` after the
   graceful stop (must be 0), and ``duplicates`` (at least once: allowed, removable by key);
-- ``ns_per_record``: CPU time (user + system) of all four processes while they worked
-  (collectors from /proc, aggregators their own process time), per record, in total and
-  per tier. The question is whether it stays flat as ranks grow, not parallel speed.
+- ``ns_per_record``: CPU time (user + system) of all the processes while they worked
+  (collectors and broker from /proc, aggregators their own process time), per record, in
+  total and per tier. The question is whether it stays flat as ranks grow, not parallel
+  speed;
+- ``idle_cpu_ms_per_s_<tier>``: what the agent, the gateway (and the broker) cost per
+  second with nothing to move, measured for 2 s before the clock starts while the
+  gateway's metrics are polled as during the run; ``ns_per_record_net`` is the total less
+  that idle cost over the run's wall time: the part that is per record. A small job's
+  ``ns_per_record`` carries this per-second cost over few records (its run lasts about a
+  second), so the flatness is given for both.
 
-With ``--kafka`` the agent writes to a real Kafka broker (``agent-kafka.yaml``; Apache
-Kafka 4 in KRaft mode, one process, from ``tests/collector/kafka.py``) and the gateway reads
-from it (``gateway-kafka.yaml``); the broker's CPU time is then a fifth tier.
+Two paths, in one run: ``direct`` (agent → gateway over OTLP/gRPC) and ``kafka`` (the
+agent writes to a real Kafka broker, ``agent-kafka.yaml``; Apache Kafka 4 in KRaft mode,
+one process, 4 partitions per topic, from ``tests/collector/kafka.py``; the gateway reads
+from it, ``gateway-kafka.yaml``; the broker's CPU time is a fourth tier). Every size of
+every path runs ``--repeats`` times (default 3), interleaved; each section reports the
+medians, every repeat's total ns/record, and ``<path>_flatness`` the max/min over sizes of
+the median cost per record (total and per tier). The summary has the load average before
+and after: the machine is shared.
 
-    python -m benchmarks.bench_scale [records per rank] [--quick] [--kafka]
+    python -m benchmarks.bench_scale [records per rank] [--quick] [--kafka | --direct]
+        [--repeats N]
 
 Needs the collector binary (``NVRX_OTEL_COLLECTOR_BIN`` or ``scripts/build-collector.sh``)
-and, with ``--kafka``, Java and Maven (``scripts/fetch-kafka.sh``).
+and, for the Kafka path, Java and Maven (``scripts/fetch-kafka.sh``).
 """
 
 from __future__ import annotations
@@ -50,8 +67,13 @@ from nvrx_otel.spool.paths import job_dir, parse_name
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "collector-config"
-RANK_COUNTS = (8, 16, 32, 64, 128, 256, 512)
+RANK_COUNTS = (8, 32, 128, 512)
 QUICK_RANK_COUNTS = (8, 32)
+RECORDS_PER_RANK = 3_000
+REPEATS = 3
+PATHS = ("direct", "kafka")
+POLL_S = 0.05  # how often the gateway's metrics are read while a size runs
+IDLE_S = 2.0  # how long the idle tiers' CPU is measured before each size
 WORKERS = 2  # aggregator processes; with the agent and the gateway, 4 processes
 JOB = "bench"
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
@@ -61,10 +83,30 @@ _KEY = re.compile(rb'"nv\.nvrx\.record\.key","value":\{"stringValue":"([0-9a-f]{
 # --- the aggregator worker (a subprocess) ----------------------------------------------------
 
 
+def _preload() -> None:
+    """Import what the aggregator imports lazily on its first export (OTLP encoding, the
+    health metrics' SDK and exporter): a process pays it once per job, not per record, and
+    the smallest size would otherwise carry it over its few records."""
+    import importlib
+
+    for module in (
+        "nvrx_otel.aggregator.otlp_encode",
+        "nvrx_otel.aggregator.otlp_wire",
+        "nvrx_otel.aggregator.otlp_http",
+        "nvrx_otel.aggregator.otlp_metrics",
+        "opentelemetry.sdk.metrics",
+        "opentelemetry.sdk.metrics.export",
+        "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+        "requests.utils",
+    ):
+        importlib.import_module(module)
+
+
 def _worker(endpoint: str, log_root: str, roots: list[str]) -> None:
     """Drain each node's spool (one after the other) to ``endpoint``; print the totals."""
     from nvrx_otel.aggregator.service import Aggregator, AggregatorConfig
 
+    _preload()
     print("ready", flush=True)
     sys.stdin.readline()  # "go"
     start = time.process_time()
@@ -166,17 +208,37 @@ def _metric(port: int, prefix: str) -> float:
 
 
 def _warm_up(agent_http: int, gateway_metrics: int) -> int:
-    """Send one log record through the Kafka tier and wait until the gateway wrote it: the
-    logs topic then exists and the gateway's consumer has its partitions (it looks for a
-    missing topic every few seconds, which would otherwise count as throughput)."""
+    """Send one log record (no record key: not counted as one of the job's) through the
+    agent and wait until the gateway wrote it. Through Kafka the logs topic then exists and
+    the gateway's consumer has its partitions (it looks for a missing topic every few
+    seconds, which would otherwise count as throughput); on either path the agent's
+    connection to its next hop is made before the clock starts."""
     body = {"resourceLogs": [{"scopeLogs": [{"logRecords": [{"body": {"stringValue": "warm"}}]}]}]}
     requests.post(f"http://127.0.0.1:{agent_http}/v1/logs", json=body, timeout=10)
     deadline = time.monotonic() + 60
     while _metric(gateway_metrics, "otelcol_exporter_sent_log_records") < 1:
         if time.monotonic() > deadline:
-            raise RuntimeError("the warm-up record did not reach the gateway through Kafka")
+            raise RuntimeError("the warm-up record did not reach the gateway")
         time.sleep(0.05)
     return 1
+
+
+def _idle_rates(
+    agent: _Collector, gateway: _Collector, kafka: KafkaTopics | None, gateway_metrics: int
+) -> dict[str, float]:
+    """CPU seconds per second each long-running tier spends with no record to move, while
+    the gateway's metrics are polled as during the measurement (so that part of the
+    benchmark's own cost is in it too): a per-second cost, not a per-record one."""
+    procs: dict[str, Any] = {"agent": agent.cpu_s, "gateway": gateway.cpu_s}
+    if kafka is not None:
+        procs["broker"] = kafka.broker.cpu_s
+    before = {tier: cpu() for tier, cpu in procs.items()}
+    start = time.perf_counter()
+    while time.perf_counter() - start < IDLE_S:
+        _metric(gateway_metrics, "otelcol_exporter_sent_log_records")
+        time.sleep(POLL_S)
+    seconds = time.perf_counter() - start
+    return {tier: (cpu() - before[tier]) / seconds for tier, cpu in procs.items()}
 
 
 # --- one size ----------------------------------------------------------------------------------
@@ -249,7 +311,7 @@ def _one_size(
             },
             ag["health"],
         )
-        warm = _warm_up(ag["http"], gw["metrics"]) if kafka else 0
+        warm = _warm_up(ag["http"], gw["metrics"])
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "NVRX_"))}
         environ["PYTHONPATH"] = str(ROOT)
         for w in range(WORKERS):
@@ -275,6 +337,7 @@ def _one_size(
             )
         for p in workers:
             assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        idle = _idle_rates(agent, gateway, kafka, gw["metrics"])
         agent_cpu0, gateway_cpu0 = agent.cpu_s(), gateway.cpu_s()
         broker_cpu0 = kafka.broker.cpu_s() if kafka else 0.0
         start = time.perf_counter()
@@ -287,7 +350,7 @@ def _one_size(
             if any(p.poll() not in (None, 0) for p in workers):
                 errors.seek(0)
                 raise RuntimeError(f"an aggregator worker failed:\n{errors.read().decode()}")
-            time.sleep(0.05)
+                time.sleep(POLL_S)
         seconds = time.perf_counter() - start
         agent_cpu, gateway_cpu = agent.cpu_s() - agent_cpu0, gateway.cpu_s() - gateway_cpu0
         broker_cpu = kafka.broker.cpu_s() - broker_cpu0 if kafka else 0.0
@@ -338,6 +401,8 @@ def _one_size(
         "ns_per_record_agent": round(agent_cpu / total * 1e9),
         "ns_per_record_gateway": round(gateway_cpu / total * 1e9),
         **({"ns_per_record_broker": round(broker_cpu / total * 1e9)} if kafka else {}),
+        **{f"idle_cpu_ms_per_s_{tier}": round(rate * 1e3, 1) for tier, rate in idle.items()},
+        "ns_per_record_net": round((cpu - sum(idle.values()) * seconds) / total * 1e9),
     }
 
 
@@ -351,48 +416,117 @@ def _kafka_lib() -> Path:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One size's repeats: medians of times and costs, sums of loss and duplicates, and
+    every repeat's total ns/record (so the spread is visible)."""
+    first = runs[0]
+    combined: dict[str, Any] = {k: first[k] for k in ("ranks", "nodes", "records")}
+    combined["seconds"] = round(_median([r["seconds"] for r in runs]), 2)
+    combined["records_per_s"] = round(_median([r["records_per_s"] for r in runs]))
+    for key in ("loss", "unexpected", "duplicates"):
+        combined[key] = sum(r[key] for r in runs)
+    for key in first:
+        if key.startswith("ns_per_record"):
+            combined[key] = round(_median([r[key] for r in runs]))
+        elif key.startswith("idle_cpu"):
+            combined[key] = round(_median([r[key] for r in runs]), 1)
+    combined["ns_per_record_repeats"] = " ".join(str(r["ns_per_record"]) for r in runs)
+    return combined
+
+
+def _flatness(sizes: list[dict[str, Any]]) -> dict[str, Any]:
+    """max/min over the sizes of the (median) cost per record, in total and per tier."""
+    out: dict[str, Any] = {}
+    for key in sizes[0]:
+        if key.startswith("ns_per_record") and key != "ns_per_record_repeats":
+            values = [s[key] for s in sizes]
+            out[f"{key}_max/min"] = round(max(values) / max(min(values), 1), 3)
+    out["ns_per_record_largest/smallest"] = round(
+        sizes[-1]["ns_per_record"] / sizes[0]["ns_per_record"], 3
+    )
+    return out
+
+
 def run(
-    records_per_rank: int = 4_000,
+    records_per_rank: int = RECORDS_PER_RANK,
     rank_counts: tuple[int, ...] = RANK_COUNTS,
     *,
-    kafka: bool = False,
+    paths: tuple[str, ...] = PATHS,
+    repeats: int = REPEATS,
 ) -> dict[str, Any]:
-    """Every size in ``rank_counts`` (multiples of 8), ``records_per_rank`` records each;
-    ``kafka``: through a Kafka broker between the agent and the gateway."""
+    """Every size in ``rank_counts`` (multiples of 8), ``records_per_rank`` records each,
+    on each of ``paths`` (``direct``: agent → gateway over OTLP; ``kafka``: agent → Kafka →
+    gateway), ``repeats`` times (sizes and paths interleaved, so a change of the machine's
+    load touches every size alike); one section per path and size (medians) and one per
+    path with the flatness (max/min over sizes of ns/record)."""
+    unknown = set(paths) - set(PATHS)
+    if unknown:
+        raise ValueError(f"unknown path(s): {sorted(unknown)}")
     binary = _collector_bin()
-    sizes = {}
+    began = time.perf_counter()
+    load_before = os.getloadavg()
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="nvrx-bench-scale-")))
         broker = None
-        if kafka:
+        if "kafka" in paths:
             broker = KafkaBroker(_kafka_lib(), tmp / "kafka").format()
             stack.callback(broker.stop)
             broker.start().wait_ready()
         template = tmp / "template"
-        prepare(template, records_per_rank)
-        for ranks in rank_counts:
-            topics = KafkaTopics(broker, f"bench-{ranks}") if broker else None
-            sizes[f"ranks_{ranks}"] = _one_size(
-                binary, tmp, template, ranks, records_per_rank, topics
-            )
-    per_record = [s["ns_per_record"] for s in sizes.values()]
-    return {
-        **sizes,
-        "summary": {
-            "processes": WORKERS + 2,
-            "records_per_rank": records_per_rank,
-            "total_loss": sum(s["loss"] for s in sizes.values()),
-            "ns_per_record_largest/smallest": round(per_record[-1] / per_record[0], 3),
-        },
+        spool_bytes = prepare(template, records_per_rank)
+        for repeat in range(repeats):
+            for path in paths:
+                for ranks in rank_counts:
+                    topics = None
+                    if path == "kafka":
+                        assert broker is not None
+                        topics = KafkaTopics(broker, f"bench-{ranks}-{repeat}")
+                    runs.setdefault((path, ranks), []).append(
+                        _one_size(binary, tmp, template, ranks, records_per_rank, topics)
+                    )
+    load_after = os.getloadavg()
+    result: dict[str, Any] = {}
+    for path in paths:
+        sizes = [_combine(runs[(path, ranks)]) for ranks in rank_counts]
+        for size in sizes:
+            result[f"{path}_ranks_{size['ranks']}"] = size
+        result[f"{path}_flatness"] = _flatness(sizes)
+    result["summary"] = {
+        "paths": ",".join(paths),
+        "repeats": repeats,
+        "processes": WORKERS + 2 + (1 if "kafka" in paths else 0),
+        "records_per_rank": records_per_rank,
+        "spool_bytes_per_record": round(spool_bytes / (RANKS * records_per_rank)),
+        "total_loss": sum(r["loss"] for rs in runs.values() for r in rs),
+        "load_average_1/5/15_before": " ".join(f"{x:.2f}" for x in load_before),
+        "load_average_1/5/15_after": " ".join(f"{x:.2f}" for x in load_after),
+        "seconds": round(time.perf_counter() - began, 1),
     }
+    return result
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         _worker(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:
-        args = [a for a in sys.argv[1:] if a not in ("--quick", "--kafka")]
-        quick = "--quick" in sys.argv[1:]
-        n = int(args[0]) if args else (500 if quick else 4_000)
-        counts = QUICK_RANK_COUNTS if quick else RANK_COUNTS
-        print(json.dumps(run(n, counts, kafka="--kafka" in sys.argv[1:]), indent=2))
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_scale")
+        parser.add_argument("records_per_rank", nargs="?", type=int)
+        parser.add_argument("--quick", action="store_true", help="8 and 32 ranks, 500 records")
+        parser.add_argument("--kafka", action="store_true", help="only the Kafka path")
+        parser.add_argument("--direct", action="store_true", help="only the direct path")
+        parser.add_argument("--repeats", type=int, help=f"runs of each size (default {REPEATS})")
+        args = parser.parse_args()
+        n = args.records_per_rank or (500 if args.quick else RECORDS_PER_RANK)
+        chosen = tuple(p for p in PATHS if getattr(args, p)) or PATHS
+        repeats = args.repeats or (1 if args.quick else REPEATS)
+        counts = QUICK_RANK_COUNTS if args.quick else RANK_COUNTS
+        print(json.dumps(run(n, counts, paths=chosen, repeats=repeats), indent=2))

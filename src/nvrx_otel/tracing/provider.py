@@ -133,6 +133,42 @@ class LeanBackend(Backend):
             parent = None if span is None else span.get_span_context()
         else:
             parent = trace.get_current_span(context).get_span_context()
+        ctx, ids, parent = self._child(parent)
+        sink = self.sink
+        if sink is None or not ids[2] & 1:
+            return NonRecordingSpan(ctx)
+        return LeanSpan(
+            sink,
+            ctx,
+            ids,
+            parent,
+            name,
+            tracer.scope_pair,
+            kind,
+            attributes,
+            links,
+            start_time,
+            record_exception | (set_status_on_exception << 1),
+        )
+
+    def start_owned(self, tracer: NvrxTracer, name: str, attributes: dict[str, Any]) -> trace.Span:
+        """``start_span(tracer, name, None, INTERNAL, attributes, None, None, False,
+        False)`` for attributes built for this span alone, already clean and within the
+        limits (``span.start_owned``): the span helpers' path."""
+        span: Any = _current_span() if _VAR is None else _VAR.get().get(_KEY)
+        parent = None if span is None else span.get_span_context()
+        ctx, ids, parent = self._child(parent)
+        sink = self.sink
+        if sink is None or not ids[2] & 1:
+            return NonRecordingSpan(ctx)
+        return _start_owned(sink, ctx, ids, parent, name, tracer.scope_pair, attributes)
+
+    def _child(
+        self, parent: SpanContext | None
+    ) -> tuple[SpanContext, tuple[int, int, int], SpanContext | None]:
+        """A new span's context under ``parent`` (without a valid one: the environment's
+        parent, else a new trace), its (trace id, span id, flags; bit 0 of the flags is
+        "sampled") and the parent it got. One sampling decision for both ways in."""
         if parent is None or not parent.is_valid:
             parent = self.env_parent
         if parent is None:
@@ -152,53 +188,7 @@ class LeanBackend(Backend):
             ctx = _tuple_new(SpanContext, (trace_id, span_id, False, _FLAGS[flags], state, True))
         else:
             ctx = SpanContext(trace_id, span_id, False, _FLAGS[flags], state)
-        sink = self.sink
-        if sink is None or not sampled:
-            return NonRecordingSpan(ctx)
-        return LeanSpan(
-            sink,
-            ctx,
-            (trace_id, span_id, flags),
-            parent,
-            name,
-            tracer.scope_pair,
-            kind,
-            attributes,
-            links,
-            start_time,
-            record_exception | (set_status_on_exception << 1),
-        )
-
-    def start_owned(self, tracer: NvrxTracer, name: str, attributes: dict[str, Any]) -> trace.Span:
-        """``start_span(tracer, name, None, INTERNAL, attributes, None, None, False,
-        False)`` for attributes built for this span alone, already clean and within the
-        limits (``span.start_owned``): the span helpers' path."""
-        span: Any = _current_span() if _VAR is None else _VAR.get().get(_KEY)
-        parent = None if span is None else span.get_span_context()
-        if parent is None or not parent.is_valid:
-            parent = self.env_parent
-        if parent is None:
-            trace_id = _getrandbits(128) or 1
-            sampled = (trace_id & _LOW_64) < self._bound
-            flags = 3 if sampled else 2
-            state = DEFAULT_TRACE_STATE
-        else:
-            trace_id = parent.trace_id
-            pflags = parent.trace_flags
-            sampled = bool(pflags & 1) if self._parent_based else (trace_id & _LOW_64) < self._bound
-            flags = (pflags & 2) | sampled
-            state = parent.trace_state
-        span_id = _getrandbits(64) or 1
-        if _FAST_CONTEXT:
-            ctx = _tuple_new(SpanContext, (trace_id, span_id, False, _FLAGS[flags], state, True))
-        else:
-            ctx = SpanContext(trace_id, span_id, False, _FLAGS[flags], state)
-        sink = self.sink
-        if sink is None or not sampled:
-            return NonRecordingSpan(ctx)
-        return _start_owned(
-            sink, ctx, (trace_id, span_id, flags), parent, name, tracer.scope_pair, attributes
-        )
+        return ctx, (trace_id, span_id, flags), parent
 
 
 class CurrentSpan(Scope):

@@ -145,7 +145,7 @@ def _ranks(tmp: Path, root: Path, seconds: float) -> list[subprocess.Popen[str]]
 
 
 def _measure(seconds: float, *, collector: str | None) -> dict[str, Any]:
-    from benchmarks.bench_scale import _Collector, _free_ports
+    from benchmarks.bench_scale import start_collectors
     from nvrx_otel.identity import get_identity
 
     expected = RANKS * int(RATE * seconds)
@@ -157,33 +157,7 @@ def _measure(seconds: float, *, collector: str | None) -> dict[str, Any]:
         extra: list[str] = []
         try:
             if collector is not None:
-                gw = dict(zip(("grpc", "http", "health", "metrics"), _free_ports(4), strict=True))
-                ag = dict(zip(("grpc", "http", "health", "metrics"), _free_ports(4), strict=True))
-                gateway = _Collector(
-                    collector,
-                    ["gateway.yaml"],
-                    {
-                        "NVRX_OTEL_GATEWAY_GRPC_ENDPOINT": f"127.0.0.1:{gw['grpc']}",
-                        "NVRX_OTEL_GATEWAY_HTTP_ENDPOINT": f"127.0.0.1:{gw['http']}",
-                        "NVRX_OTEL_GATEWAY_HEALTH_ENDPOINT": f"127.0.0.1:{gw['health']}",
-                        "NVRX_OTEL_GATEWAY_METRICS_PORT": str(gw["metrics"]),
-                        "NVRX_OTEL_GATEWAY_OUTPUT_DIR": str(out),
-                    },
-                    gw["health"],
-                )
-                agent = _Collector(
-                    collector,
-                    ["agent.yaml"],
-                    {
-                        "NVRX_OTEL_AGENT_GRPC_ENDPOINT": f"127.0.0.1:{ag['grpc']}",
-                        "NVRX_OTEL_AGENT_HTTP_ENDPOINT": f"127.0.0.1:{ag['http']}",
-                        "NVRX_OTEL_AGENT_HEALTH_ENDPOINT": f"127.0.0.1:{ag['health']}",
-                        "NVRX_OTEL_AGENT_METRICS_PORT": str(ag["metrics"]),
-                        "NVRX_OTEL_AGENT_STORAGE_DIR": str(tmp / "agent-storage"),
-                        "NVRX_OTEL_GATEWAY_ENDPOINT": f"127.0.0.1:{gw['grpc']}",
-                    },
-                    ag["health"],
-                )
+                gateway, agent, _, ag = start_collectors(collector, out, tmp / "agent-storage")
                 extra = ["--otlp-endpoint", f"http://127.0.0.1:{ag['http']}"]
             env = dict(os.environ, NVRX_NODE_LOCAL_TMPDIR=str(root))
             env["NVRX_OTEL_STATUS_INTERVAL_S"] = "0"

@@ -161,6 +161,50 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
+def start_collectors(
+    binary: str, out: Path, storage: Path, kafka: KafkaTopics | None = None
+) -> tuple[_Collector, _Collector, dict[str, int], dict[str, int]]:
+    """One gateway writing ``out`` and one agent (disk queue in ``storage``) sending to it,
+    directly or, with ``kafka``, through its topics; both on free 127.0.0.1 ports. Returns
+    (gateway, agent, the gateway's ports, the agent's ports) by name: grpc, http, health,
+    metrics."""
+    gw = dict(zip(("grpc", "http", "health", "metrics"), _free_ports(4), strict=True))
+    ag = dict(zip(("grpc", "http", "health", "metrics"), _free_ports(4), strict=True))
+    kafka_env = kafka.env() if kafka is not None else {}
+    gateway = _Collector(
+        binary,
+        ["gateway.yaml", *(["gateway-kafka.yaml"] if kafka else [])],
+        {
+            **kafka_env,
+            "NVRX_OTEL_GATEWAY_GRPC_ENDPOINT": f"127.0.0.1:{gw['grpc']}",
+            "NVRX_OTEL_GATEWAY_HTTP_ENDPOINT": f"127.0.0.1:{gw['http']}",
+            "NVRX_OTEL_GATEWAY_HEALTH_ENDPOINT": f"127.0.0.1:{gw['health']}",
+            "NVRX_OTEL_GATEWAY_METRICS_PORT": str(gw["metrics"]),
+            "NVRX_OTEL_GATEWAY_OUTPUT_DIR": str(out),
+        },
+        gw["health"],
+    )
+    try:
+        agent = _Collector(
+            binary,
+            ["agent.yaml", *(["agent-kafka.yaml"] if kafka else [])],
+            {
+                **kafka_env,
+                "NVRX_OTEL_AGENT_GRPC_ENDPOINT": f"127.0.0.1:{ag['grpc']}",
+                "NVRX_OTEL_AGENT_HTTP_ENDPOINT": f"127.0.0.1:{ag['http']}",
+                "NVRX_OTEL_AGENT_HEALTH_ENDPOINT": f"127.0.0.1:{ag['health']}",
+                "NVRX_OTEL_AGENT_METRICS_PORT": str(ag["metrics"]),
+                "NVRX_OTEL_AGENT_STORAGE_DIR": str(storage),
+                "NVRX_OTEL_GATEWAY_ENDPOINT": f"127.0.0.1:{gw['grpc']}",
+            },
+            ag["health"],
+        )
+    except BaseException:
+        gateway.stop()
+        raise
+    return gateway, agent, gw, ag
+
+
 class _Collector:
     def __init__(self, binary: str, configs: list[str], environ: dict[str, str], health: int):
         self.health = health
@@ -276,41 +320,12 @@ def _one_size(
     total = ranks * per_rank
     base = tmp / f"ranks-{ranks}"
     roots = _make_nodes(template, base / "spool", nodes)
-    gw = dict(zip(("grpc", "http", "health", "metrics"), _free_ports(4), strict=True))
-    ag = dict(zip(("grpc", "http", "health", "metrics"), _free_ports(4), strict=True))
     out = base / "out"
     gateway = agent = None
     workers: list[subprocess.Popen[str]] = []
     errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed below) the workers' stderr
     try:
-        kafka_env = kafka.env() if kafka is not None else {}
-        gateway = _Collector(
-            binary,
-            ["gateway.yaml", *(["gateway-kafka.yaml"] if kafka else [])],
-            {
-                **kafka_env,
-                "NVRX_OTEL_GATEWAY_GRPC_ENDPOINT": f"127.0.0.1:{gw['grpc']}",
-                "NVRX_OTEL_GATEWAY_HTTP_ENDPOINT": f"127.0.0.1:{gw['http']}",
-                "NVRX_OTEL_GATEWAY_HEALTH_ENDPOINT": f"127.0.0.1:{gw['health']}",
-                "NVRX_OTEL_GATEWAY_METRICS_PORT": str(gw["metrics"]),
-                "NVRX_OTEL_GATEWAY_OUTPUT_DIR": str(out),
-            },
-            gw["health"],
-        )
-        agent = _Collector(
-            binary,
-            ["agent.yaml", *(["agent-kafka.yaml"] if kafka else [])],
-            {
-                **kafka_env,
-                "NVRX_OTEL_AGENT_GRPC_ENDPOINT": f"127.0.0.1:{ag['grpc']}",
-                "NVRX_OTEL_AGENT_HTTP_ENDPOINT": f"127.0.0.1:{ag['http']}",
-                "NVRX_OTEL_AGENT_HEALTH_ENDPOINT": f"127.0.0.1:{ag['health']}",
-                "NVRX_OTEL_AGENT_METRICS_PORT": str(ag["metrics"]),
-                "NVRX_OTEL_AGENT_STORAGE_DIR": str(base / "agent-storage"),
-                "NVRX_OTEL_GATEWAY_ENDPOINT": f"127.0.0.1:{gw['grpc']}",
-            },
-            ag["health"],
-        )
+        gateway, agent, gw, ag = start_collectors(binary, out, base / "agent-storage", kafka)
         warm = _warm_up(ag["http"], gw["metrics"])
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "NVRX_"))}
         environ["PYTHONPATH"] = str(ROOT)

@@ -11,7 +11,11 @@ median round is reported:
   and a ``span_end`` record, one ``os.write`` each);
 - ``helper``: ``checkpoint_span("request", call_idx=i, iteration=i, path=...)``;
 - ``helper_off``: the same helper with tracing off (our provider installed, switched off);
-- ``noop``: the API's no-op tracer's ``start_as_current_span``.
+- ``noop``: the API's no-op tracer's ``start_as_current_span``;
+- ``floor``: the least that any Python span writing both records when they happen must
+  do (:func:`_floor`): the bare operations of the helper path with none of its lookups,
+  checks or error handling. It is not a product; it shows how much of a helper span is
+  the Python and syscall work every such design pays.
 
 Spool files other than the live one are deleted between rounds, as the node's aggregator
 would, so the writer never runs into its budget and drops.
@@ -63,6 +67,65 @@ def _sdk(with_processor: bool) -> tuple[Callable[[int], None], Callable[[], None
     return call, provider.shutdown
 
 
+def _floor(path: Path) -> tuple[Callable[[int], None], Callable[[], None]]:
+    """Two random ids, a ``SpanContext`` built without checks, an object holding the
+    span's fields, the clock twice, the attributes' JSON once, a ``span_start`` and a
+    ``span_end`` line by ``%`` of fixed templates, one ``pwrite`` each to an ``O_APPEND``
+    file, and the span made current and restored with the API's own context variable."""
+    import os
+    import random
+
+    import orjson
+    from opentelemetry.context import Context
+    from opentelemetry.trace import SpanContext, TraceFlags
+    from opentelemetry.trace.span import DEFAULT_TRACE_STATE
+
+    from nvrx_otel.tracing._scope import CONTEXT_VAR, SPAN_KEY
+    from nvrx_otel.tracing.span import LeanSpan
+
+    assert CONTEXT_VAR is not None
+    var, key = CONTEXT_VAR, SPAN_KEY
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    bits, new_tuple, new_object, clock, dumps = (
+        random.getrandbits,
+        tuple.__new__,
+        object.__new__,
+        time.time_ns,
+        orjson.dumps,
+    )
+    flags, put = TraceFlags(1), dict.__setitem__
+    start_line = (
+        b'{"k":"span_start","ts":%d,"trace_id":"%032x","span_id":"%016x","tf":1,'
+        b'"name":"nv.nvrx.ckpt.request","scope":"nv.nvrx.ckpt","kind":0,"attrs":%b,'
+        b'"links":[],"v":1,"key":"w0-%x","rank":0,"node":"node0"}\n'
+    )
+    end_line = start_line[:-2] + b',"start":%d,"events":[],"status":{"code":0,"msg":""}}\n'
+
+    def call(i: int) -> None:
+        ctx = var.get()
+        trace_id, span_id = bits(128), bits(64)
+        span = new_object(LeanSpan)
+        span._ctx = new_tuple(
+            SpanContext, (trace_id, span_id, False, flags, DEFAULT_TRACE_STATE, True)
+        )
+        span._attrs = attrs = {CKPT_ITERATION: i, CKPT_PATH: "/ckpt/iter", CKPT_BYTES: i}
+        span._ids = (trace_id, span_id, 1)
+        span._start = start = clock()
+        encoded = dumps(attrs)
+        os.pwrite(fd, start_line % (start, trace_id, span_id, encoded, i), 0)
+        current = Context(ctx)
+        put(current, key, span)
+        token = var.set(current)
+        var.reset(token)
+        os.pwrite(fd, end_line % (clock(), trace_id, span_id, encoded, i, start), 0)
+
+    def close() -> None:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+
+    return call, close
+
+
 def _drain(directory: Path, live: Path | None) -> None:
     """Delete consumed spool files, as the aggregator would."""
     for path in directory.rglob("*.jsonl"):
@@ -100,6 +163,7 @@ def run(calls: int = 20_000, rounds: int = ROUNDS) -> dict[str, Any]:
             with noop.start_as_current_span("op", attributes=ATTRS):
                 pass
 
+        floor, floor_close = _floor(Path(tmp) / "floor.bin")
         samples: dict[str, list[float]] = {}
         for _ in range(rounds):
             provider.install(lean_backend)
@@ -108,9 +172,11 @@ def run(calls: int = 20_000, rounds: int = ROUNDS) -> dict[str, Any]:
                 ("lean", lean, calls),
                 ("helper", helper, calls),
                 ("sdk_no_processor", bare_call, calls),
+                ("floor", floor, calls),
             ):
                 samples.setdefault(name, []).append(_time_calls(call, n))
                 _drain(Path(tmp), writer.current_path)
+            Path(tmp, "floor.bin").write_bytes(b"")
             provider.install(OFF)
             for name, call, n in (
                 ("helper_off", helper, calls * 4),
@@ -118,6 +184,7 @@ def run(calls: int = 20_000, rounds: int = ROUNDS) -> dict[str, Any]:
             ):
                 samples.setdefault(name, []).append(_time_calls(call, n))
             time.sleep(0.2)  # let the batch processor drain outside the timed part
+        floor_close()
         reset_tracing()
     sdk_close()
     bare_close()
@@ -129,6 +196,7 @@ def run(calls: int = 20_000, rounds: int = ROUNDS) -> dict[str, Any]:
             "helper/sdk": ns["helper"] / ns["sdk"],
             "sdk_no_processor/sdk": ns["sdk_no_processor"] / ns["sdk"],
             "helper_off/noop": ns["helper_off"] / ns["noop"],
+            "floor/sdk": ns["floor"] / ns["sdk"],
         },
         "targets": {"lean/sdk": 0.5, "helper/sdk": 0.3, "helper_off/noop": 1.2},
         "calls_per_round": calls,

@@ -50,6 +50,9 @@ class Output:
         self.totals = totals
         self.rotate = rotate
         self._sink_errors: set[str] = set()
+        # True while a flushed de-duplication window is written: a rotation commits, and a
+        # commit between its chunks would hold records collapsed into one not yet written
+        self.rotation_held = False
         # Loss reports that come from no spool file (drop ledgers) go to the other sinks here.
         self.loss_sinks: list[Callable[[str, dict[str, Any]], None]] = []
 
@@ -115,7 +118,7 @@ class Output:
         else:
             text = (format_clean_records if clean else format_records)(records, self.node)
         data = text.encode("utf-8", "replace")
-        if self.log.needs_rotation():
+        if not self.rotation_held and self.log.needs_rotation():
             self.rotate()
         self.log.write(data)
         self._account(records, acct)

@@ -405,15 +405,23 @@ class Aggregator(Progress):
         """Pass on what the de-duplication window holds, identical records collapsed."""
         dedup = self._dedup
         assert dedup is not None
+        if self._merge is None and self._log.needs_rotation():
+            self._rotate()  # now, while the window's files are held: its commit is whole
         before = dedup.collapsed
         chunks = dedup.flush()
         collapsed = dedup.collapsed - before
         self.health.collapsed += collapsed
         self._totals["collapsed"] = self._totals.get("collapsed", 0) + collapsed
+        # The window is written whole before any commit (a rotation's too): a group's
+        # records lie in several chunks, and a commit between them would hold some of
+        # them collapsed and their record not yet written (the log may pass its size
+        # limit by one window; the next write rotates it)
+        self._out.rotation_held = True
         try:
             for chunk, start in chunks:
                 self._pass_on(chunk, start)
         finally:
+            self._out.rotation_held = False
             dedup.passed()
 
     def _pass_on(self, chunk: Chunk, start: int) -> None:

@@ -204,3 +204,173 @@ def test_kill_9_while_the_merge_holds_a_member_file_of_a_written_collapsed_recor
     assert code == 0, err
     assert _storm_ranks(tmp_path) == Counter(range(4))
     _assert_ledger(tmp_path, emitted=5)
+
+
+# --- what collapses and what does not, through a real aggregator ---------------------------
+
+
+def _drain(tmp: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """A real aggregator over what the spool holds, drained by the wait file; its stderr."""
+    proc = cli(tmp, *args, env=env)
+    started(tmp, proc)
+    (tmp / "done").touch()
+    code, err = finish(proc, timeout=90)
+    assert code == 0, err
+    return err
+
+
+def test_without_the_flag_nothing_collapses(tmp_path: Path) -> None:
+    for r in range(16):
+        w = _writer(tmp_path, r)
+        w.log(STORM, line=42)
+        w.close()
+    err = _drain(tmp_path)
+    storm = [m for m in _lines(tmp_path) if m["msg"].startswith(STORM)]
+    assert len(storm) == 16 and not any(NOTE.search(m["msg"]) for m in storm)
+    assert "collapsed" not in err and "dedup" not in err
+    assert _totals(tmp_path).get("collapsed", 0) == 0
+
+
+@pytest.mark.parametrize("chrono", [False, True], ids=["reading-order", "chronological"])
+def test_look_alikes_restarts_rankless_and_loss_reports_in_one_window(
+    tmp_path: Path, chrono: bool
+) -> None:
+    """One window holds: the storm of ranks 0-5 and 12; rank 0 again from its restarted
+    process (a rank's own repeat: a record of its own); the same text at another level,
+    with other attributes, with an exception, at another line, from another logger (each
+    pair of ranks collapses with its own kind only); a writer without a rank logging it
+    twice (never collapsed); rank 12's drop record and a corrupt line. Every record is
+    accounted for."""
+    emitted = 0
+
+    def log(w: FakeWriter, **fields: Any) -> None:
+        nonlocal emitted
+        w.log(STORM, **{"line": 42, **fields})
+        emitted += 1
+
+    for r in [*range(6), 12]:
+        w = _writer(tmp_path, r)
+        log(w)
+        if r == 12:
+            w.drop(5, 1, 2)
+            w.raw(b"not a record\n")
+            emitted += 5 + 1
+        w.close()
+    restarted = _writer(tmp_path, 0, n=1)
+    log(restarted)
+    restarted.close()
+    kinds: list[dict[str, Any]] = [
+        {"lvl": "WARNING", "sev": 13},
+        {"attrs": {"step": 1}},
+        {"attrs": {"step": 2}},
+        {"exc": "Traceback (most recent call last):\nRuntimeError: boom"},
+        {"line": 43},
+        {"lg": "other"},
+    ]
+    for i, fields in enumerate(kinds):
+        for r in (20 + 2 * i, 21 + 2 * i):
+            w = _writer(tmp_path, r)
+            log(w, **fields)
+            w.close()
+    nobody = _writer(tmp_path, None)
+    log(nobody)
+    log(nobody)
+    nobody.close()
+    args = ["--dedup-window", "500"] + (["--en-chronological-ordering"] if chrono else [])
+    _drain(tmp_path, *args, env={"NVRX_OTEL_HOLD_WINDOW_MS": "200"})
+    notes = sorted(
+        (int(n["n"]), n["ranks"])
+        for m in _lines(tmp_path)
+        if m["msg"].startswith(STORM) and (n := NOTE.search(m["msg"]))
+    )
+    pairs = [(2, f"{20 + 2 * i}-{21 + 2 * i}") for i in range(len(kinds))]
+    assert notes == sorted([(7, "0-5,12"), *pairs])
+    plain = [m for m in _lines(tmp_path) if m["msg"] == STORM]
+    assert sorted(m["r"] for m in plain) == ["0", "?", "?"]  # the restart's, the rankless two
+    _assert_ledger(tmp_path, emitted)
+
+
+def test_a_storm_past_the_held_bound_is_flushed_early_and_accounted(tmp_path: Path) -> None:
+    """64 ranks x 50 steps of identical records with at most 200 held: the window flushes
+    early (held stays near the bound: one cycle's reading over it at most), each (rank,
+    step) record is in exactly one node-log record and the ledger holds."""
+    ranks, steps = 64, 50
+    for r in range(ranks):
+        w = _writer(tmp_path, r)
+        for s in range(steps):
+            w.log(f"step {s}: loss is NaN", line=42)
+        w.close()
+    cfg = config(tmp_path, dedup_window_ms=60_000, chunk_bytes=4096, drain_timeout=60.0)
+    agg = Aggregator(cfg)
+    dedup = agg._dedup
+    assert dedup is not None
+    dedup.max_held = 200
+    sizes: list[int] = []
+    flush = dedup.flush
+
+    def counted() -> Any:
+        sizes.append(dedup.held)
+        return flush()
+
+    dedup.flush = counted  # type: ignore[method-assign]
+    agg.start_thread()
+    try:
+        wait_for(lambda: agg.health.written + agg.health.collapsed >= ranks * steps,
+                 timeout=120, what="every record")  # fmt: skip
+    finally:
+        agg.shutdown(timeout=60)
+    assert agg.exit_code == 0
+    per_cycle = 16 * 4096 // 100  # a cycle's reading, in records of about 100 bytes at least
+    assert len(sizes) >= 2 and max(sizes) <= 200 + per_cycle, sizes
+    for s in range(steps):
+        assert _storm_ranks(tmp_path, f"step {s}: loss is NaN") == Counter(range(ranks))
+    _assert_ledger(tmp_path, ranks * steps)
+    assert agg.health.collapsed == _totals(tmp_path)["collapsed"] > 0
+
+
+def test_a_storm_read_in_two_windows_gives_two_records(tmp_path: Path) -> None:
+    """Ranks 0-3 log the storm; once it is written they log it again: two collapsed records
+    of the same four ranks (a rank's records in two windows each count once)."""
+    writers = [_writer(tmp_path, r) for r in range(4)]
+    for w in writers:
+        w.log(STORM, line=42)
+    proc = cli(tmp_path, "--dedup-window", "200")
+    started(tmp_path, proc)
+    wait_for(lambda: _storm_ranks(tmp_path) == Counter(range(4)), timeout=60, what="1st storm")
+    for w in writers:
+        w.log(STORM, line=42)
+        w.close()
+    wait_for(lambda: sum(_storm_ranks(tmp_path).values()) == 8, timeout=60, what="2nd storm")
+    (tmp_path / "done").touch()
+    code, err = finish(proc, timeout=60)
+    assert code == 0, err
+    notes = [n for m in _lines(tmp_path) if (n := NOTE.search(m["msg"]))]
+    assert [(n["n"], n["ranks"]) for n in notes] == [("4", "0-3")] * 2
+    _assert_ledger(tmp_path, 8)
+
+
+def test_a_spool_file_deleted_while_held_is_still_collapsed_and_accounted(tmp_path: Path) -> None:
+    """Someone deletes rank 3's spool file while the window holds its storm record: the
+    aggregator still has it open, the collapsed record stands for rank 3 and nothing is
+    lost or written twice."""
+    for r in range(8):
+        w = _writer(tmp_path, r)
+        w.log(STORM, line=42)
+        w.log(f"rank {r} own")
+        w.close()
+    cfg = config(tmp_path, dedup_window_ms=60_000)
+    agg = Aggregator(cfg)
+    agg.start_thread()
+    try:
+        dedup = agg._dedup
+        assert dedup is not None
+        wait_for(lambda: dedup.held >= 16, timeout=60, what="everything held")
+        (victim,) = [p for p in spool_dir(tmp_path).glob("*.jsonl") if "rank3" in p.name]
+        victim.unlink()
+    finally:
+        agg.shutdown(timeout=60)
+    assert agg.exit_code == 0
+    assert _storm_ranks(tmp_path) == Counter(range(8))
+    kept, _, _ = _kept(tmp_path)
+    assert sorted(k for k in kept if k.endswith(" own")) == [f"rank {r} own" for r in range(8)]
+    _assert_ledger(tmp_path, 16)

@@ -374,3 +374,48 @@ def test_a_spool_file_deleted_while_held_is_still_collapsed_and_accounted(tmp_pa
     kept, _, _ = _kept(tmp_path)
     assert sorted(k for k in kept if k.endswith(" own")) == [f"rank {r} own" for r in range(8)]
     _assert_ledger(tmp_path, 16)
+
+
+def test_a_record_with_an_odd_file_field_neither_collapses_nor_stops_the_aggregator(
+    tmp_path: Path,
+) -> None:
+    """``file`` is shown as it is (not type-checked): records whose ``file`` is a list,
+    without ``path``, must not stop the aggregator (telemetry never breaks); they stay
+    records of their own."""
+    for r in range(4):
+        w = _writer(tmp_path, r)
+        w.log(STORM, line=42)
+        d = w.record("odd call site", line=42)
+        d["file"] = ["train.py"] if r % 2 else [r]  # (no space: the test grammar)
+        w.raw(orjson.dumps(d) + b"\n")
+        w.close()
+    err = _drain(tmp_path, "--dedup-window", "200")
+    assert "failed" not in err
+    assert _storm_ranks(tmp_path) == Counter(range(4))
+    odd = [line for line in log_lines(log_path(tmp_path)) if "odd call site" in line]
+    assert len(odd) == 4 and all(line.endswith("odd call site") for line in odd)  # apart
+    _assert_ledger(tmp_path, 8)
+
+
+def test_records_with_a_null_path_collapse_only_with_the_same_file() -> None:
+    """``path`` may be null (``file`` then names the call site): records of the same text
+    and line in two files are not identical."""
+    from nvrx_otel.aggregator.dedup import DedupWindow
+    from nvrx_otel.aggregator.reader import Chunk, SpoolFile
+    from nvrx_otel.spool.paths import SpoolFileName
+
+    window = DedupWindow(1000)
+    t = 1_700_000_000_000_000_000
+    chunks = []
+    for r, name in enumerate(["a.py", "b.py", "a.py", "b.py"]):
+        parts = SpoolFileName(f"{r + 1:016x}", 0, 1000 + r, f"rank{r}")
+        d = {"v": 1, "k": "log", "ts": t + r, "lvl": "ERROR", "lg": "x", "msg": STORM}
+        d.update(line=1, path=None, file=name, rank=r)
+        chunks.append(Chunk(SpoolFile(parts.name, parts, -1, r + 1), [d], None, 100))
+        window.add(chunks[-1], 0)
+    window.flush()
+    kept = [d for c in chunks for d in c.records]
+    assert sorted((d["file"], d["attrs"][semconv.DEDUP_RANKS]) for d in kept) == [
+        ("a.py", "0,2"),
+        ("b.py", "1,3"),
+    ]

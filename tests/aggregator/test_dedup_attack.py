@@ -419,3 +419,41 @@ def test_records_with_a_null_path_collapse_only_with_the_same_file() -> None:
         ("a.py", "0,2"),
         ("b.py", "1,3"),
     ]
+
+
+# --- OTLP on ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chrono", [False, True], ids=["reading-order", "chronological"])
+def test_kill_9_while_held_with_otlp_on_gives_the_receiver_the_collapsed_record_once(
+    tmp_path: Path, receiver: OtlpReceiver, chrono: bool
+) -> None:
+    """OTLP/HTTP on: while the window holds the storm nothing of it reaches the receiver;
+    ``kill -9`` then, and the restarted aggregator (with or without chronological
+    ordering) gives the receiver and the node log the same collapsed record, once, and
+    every rank's own record once."""
+    for r in range(16):
+        w = _writer(tmp_path, r)
+        w.log(STORM, line=42)
+        w.log(f"rank {r} own")
+        w.close()
+    otlp = ("--otlp-endpoint", receiver.endpoint)
+    status = {"NVRX_OTEL_STATUS_INTERVAL_S": "0.1"}
+    first = cli(tmp_path, "--dedup-window", "600000", *otlp, env=status)
+    started(tmp_path, first)
+    wait_for(lambda: "32 held by the dedup window" in first.err(), timeout=60, what="held")
+    first.kill()
+    first.wait(timeout=30)
+    with receiver.lock:
+        assert not receiver.logs
+    args = ["--dedup-window", "200", *otlp] + (["--en-chronological-ordering"] if chrono else [])
+    _drain(tmp_path, *args, env={"NVRX_OTEL_HOLD_WINDOW_MS": "200"})
+    assert _storm_ranks(tmp_path) == Counter(range(16))
+    _assert_ledger(tmp_path, 32)
+    with receiver.lock:
+        logs = list(receiver.logs)
+    bodies = Counter(log["body"] for log in logs)
+    assert bodies == Counter([STORM, *(f"rank {r} own" for r in range(16))])
+    (storm,) = [log for log in logs if log["body"] == STORM]
+    assert storm["attributes"][semconv.DEDUP_COUNT] == 16
+    assert storm["attributes"][semconv.DEDUP_RANKS] == "0-15"

@@ -206,6 +206,38 @@ def test_kill_9_while_the_merge_holds_a_member_file_of_a_written_collapsed_recor
     _assert_ledger(tmp_path, emitted=5)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="with --en-chronological-ordering the members' files are committed past the"
+    " members as soon as the window is flushed, while the merge still holds the collapsed"
+    " record: a kill -9 then leaves the members counted collapsed into a record the restart"
+    " writes without them (needs the merge to hold a group's files together)",
+)
+def test_kill_9_while_the_merge_holds_the_collapsed_record_itself(tmp_path: Path) -> None:
+    """Chronological ordering: the storm of ranks 0-3 is collapsed, the collapsed record is
+    held by the merge (its time is ahead), the other ranks' files are consumed. ``kill -9``
+    and a restart: the record still stands for all four ranks."""
+    t0 = time.time_ns() + 3600 * 10**9  # ahead: the merge holds it
+    for r in range(4):
+        w = _writer(tmp_path, r)
+        w.log(STORM, line=42, ts=t0 + r)
+        w.close()
+    args = ("--dedup-window", "200", "--en-chronological-ordering")
+    env = {"NVRX_OTEL_HOLD_WINDOW_MS": "300"}
+    first = cli(tmp_path, *args, env=env)
+    started(tmp_path, first)
+    wait_for(lambda: _committed_collapsed(tmp_path) == 3, timeout=60, what="the commit")
+    first.kill()
+    first.wait(timeout=30)
+    second = cli(tmp_path, *args, env=env)
+    started(tmp_path, second)
+    (tmp_path / "done").touch()
+    code, err = finish(second, timeout=60)
+    assert code == 0, err
+    _assert_ledger(tmp_path, emitted=4)
+    assert _storm_ranks(tmp_path) == Counter(range(4))
+
+
 # --- what collapses and what does not, through a real aggregator ---------------------------
 
 

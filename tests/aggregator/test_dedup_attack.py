@@ -46,14 +46,17 @@ def _writer(tmp: Path, rank: int | None, *, n: int = 0, pid: int | None = None) 
     """Rank ``rank``'s writer (``n``: its restart number, a new writer id and pid)."""
     who = 0xFFFF if rank is None else rank
     identity: dict[str, Any] = {"node": "testnode"}
+    resource: dict[str, Any] = {semconv.NODE_ID: "testnode"}  # (OTLP's resource)
     if rank is not None:
         identity.update(rank=rank, lrank=rank % 8)
+        resource[semconv.WORKLOAD_RANK] = rank
     return FakeWriter(
         spool_dir(tmp),
         writer=f"{n:04x}{who + 1:012x}",
         pid=pid if pid is not None else 1000 + who + 100_000 * n,
         proc=f"rank{who}",
         identity=identity,
+        resource=resource,
     )
 
 
@@ -489,3 +492,28 @@ def test_kill_9_while_held_with_otlp_on_gives_the_receiver_the_collapsed_record_
     (storm,) = [log for log in logs if log["body"] == STORM]
     assert storm["attributes"][semconv.DEDUP_COUNT] == 16
     assert storm["attributes"][semconv.DEDUP_RANKS] == "0-15"
+
+
+# --- the report -------------------------------------------------------------------------------
+
+
+def test_report_names_the_rank_whose_record_is_earliest_as_the_first_failure(
+    tmp_path: Path,
+) -> None:
+    """Ranks 1-8 log the same ERROR; rank 5's is the earliest, so the collapsed record is
+    rank 5's (its time is rank 5's). The others' own times are gone (somewhere between the
+    first and last time): the report must not name a lower rank of the record first only
+    because the ranks tie on the record's time."""
+    from nvrx_otel.report import analyse
+
+    t0 = time.time_ns()
+    for r in range(1, 9):
+        w = _writer(tmp_path, r)
+        w.log(STORM, line=42, sev=17, lvl="ERROR", ts=t0 + (0 if r == 5 else 1_000_000 * r))
+        w.close()
+    otlp = tmp_path / "otlp"
+    _drain(tmp_path, "--dedup-window", "500", "--otlp-json", str(otlp))
+    report = analyse([str(otlp)])
+    assert report.first_failure is not None
+    assert report.first_failure.rank == 5
+    assert report.first_failure.what == f"{STORM} [repeated 8x across ranks 1-8]"

@@ -517,3 +517,40 @@ def test_report_names_the_rank_whose_record_is_earliest_as_the_first_failure(
     assert report.first_failure is not None
     assert report.first_failure.rank == 5
     assert report.first_failure.what == f"{STORM} [repeated 8x across ranks 1-8]"
+
+
+# --- real rank processes --------------------------------------------------------------------
+
+REAL_RANK = r"""
+import os
+from nvrx_otel.logging import setup_logger
+log = setup_logger(node_local_tmp_prefix="rank" + os.environ["RANK"])
+try:
+    raise RuntimeError("collective timed out")
+except RuntimeError:
+    log.exception("NCCL watchdog: exception")
+log.error("NCCL watchdog: collective operation timed out")
+log.error("rank %s: loss is NaN", os.environ["RANK"])
+"""
+
+
+def test_real_ranks_with_a_restarted_rank_collapse_per_distinct_rank(tmp_path: Path) -> None:
+    """Eight rank processes (the stdlib front end, real spool writers) log the same
+    exception and the same error, and a message embedding the rank; rank 3 is restarted
+    and logs them again. One window: each storm becomes one record of ranks 0-7 plus rank
+    3's second as a record of its own; the per-rank messages are never collapsed."""
+    from tests.aggregator.spoolkit import process_env
+    from tests.conftest import spawn
+
+    for r in [*range(8), 3]:
+        env = process_env(tmp_path, "testnode", RANK=str(r), SLURM_JOB_ID="job1")
+        assert spawn([sys.executable, "-c", REAL_RANK], env=env).wait(timeout=120) == 0
+    _drain(tmp_path, "--dedup-window", "2000")
+    for msg in ("NCCL watchdog: exception", STORM):
+        storm = [m for m in _lines(tmp_path) if m["msg"].startswith(msg)]
+        notes = [(n["n"], n["ranks"]) for m in storm if (n := NOTE.search(m["msg"]))]
+        assert notes == [("8", "0-7")], msg
+        assert sorted(m["r"] for m in storm if not NOTE.search(m["msg"])) == ["3"], msg
+    nan = Counter(int(m["r"]) for m in _lines(tmp_path) if m["msg"].endswith("loss is NaN"))
+    assert nan == Counter([*range(8), 3])
+    _assert_ledger(tmp_path, 9 * 3)

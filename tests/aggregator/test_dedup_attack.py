@@ -554,3 +554,30 @@ def test_real_ranks_with_a_restarted_rank_collapse_per_distinct_rank(tmp_path: P
     nan = Counter(int(m["r"]) for m in _lines(tmp_path) if m["msg"].endswith("loss is NaN"))
     assert nan == Counter([*range(8), 3])
     _assert_ledger(tmp_path, 9 * 3)
+
+
+# --- rotation deleting a collapsed record ----------------------------------------------------
+
+
+def test_a_deleted_backup_holding_a_collapsed_record_keeps_the_ledger(tmp_path: Path) -> None:
+    """Rotation with no backups kept deletes the file holding the collapsed storm: its
+    records are reported dropped (each for its own writer), and emitted = kept + collapsed
+    + dropped + corrupt still holds (a record is not counted both collapsed and dropped)."""
+    writers = [_writer(tmp_path, r) for r in range(8)]
+    for w in writers:
+        w.log(STORM + " " + "x" * 5000, line=42)  # one line past the size limit
+    cfg = config(tmp_path, dedup_window_ms=200, max_log_bytes=4000, log_backups=0)
+    agg = Aggregator(cfg)
+    agg.start_thread()
+    try:
+        wait_for(lambda: agg.health.collapsed == 7, timeout=60, what="the storm collapsed")
+        writers[0].log("after the storm")  # its write rotates: the storm's file is deleted
+        for w in writers:
+            w.close()
+        wait_for(lambda: agg.health.dropped == 8, timeout=60, what="the rotation report")
+    finally:
+        agg.shutdown(timeout=60)
+    assert agg.exit_code == 0
+    kept, dropped, corrupt = _kept(tmp_path)
+    assert kept == ["after the storm"] and dropped == 8
+    _assert_ledger(tmp_path, emitted=9)

@@ -182,9 +182,8 @@ class DedupWindow:
                 if rank.__class__ is not int or ts.__class__ is not int or (loss and ri in loss):
                     continue  # no rank or time, or a loss report: never collapsed
                 try:
-                    key: Key | None = _SITE(d)
-                    if key[4] is None:  # (path null) the file name is the call site
-                        key = _key_of_odd(d)
+                    site: Key = _SITE(d)
+                    key = site if site[4] is not None else _key_of_odd(d)  # null path: file
                 except KeyError:
                     key = _key_of_odd(d)
                 if "attrs" in d or "exc" in d:

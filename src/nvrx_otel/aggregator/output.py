@@ -66,11 +66,13 @@ class Output:
                 add_stats(
                     self.log.stats, f.writer, rank, f.pid, chunk.collapsed, f.last_ts, f.last_ts
                 )
+                self.log.collapsed += chunk.collapsed
             return
         first = _ts(records[0], f.last_ts)
         last = _ts(records[-1], first)
         acct = (f.writer, f.identity.get("rank"), f.pid, chunk.weight, first, last)
         self.write(records, [acct], clean=chunk.clean)
+        self.log.collapsed += chunk.collapsed  # (in the file written: a rotation came first)
 
     def released(self, released: Released) -> None:
         """Write records released by the chronological merge and advance each file's
@@ -94,6 +96,7 @@ class Output:
             clean=released.clean,
             texts=released.texts,
         )
+        self.log.collapsed += sum(p.collapsed for p in released.pieces)
         for f, a in acct.items():
             f.held -= a[4]
             f.done = f.offset if not f.held else a[3]
@@ -176,6 +179,9 @@ class Output:
                 lost += count
             self.health.dropped += lost
             self.totals["dropped"] += lost
+            # the records collapsed into a deleted record are dropped now, no longer collapsed
+            self.totals["collapsed"] = self.totals.get("collapsed", 0) - backup.collapsed
+            self.health.collapsed -= min(self.health.collapsed, backup.collapsed)
             say(
                 f"rotation deleted a node-log backup holding {plural(lost, 'record')} "
                 "(reported in the log)"

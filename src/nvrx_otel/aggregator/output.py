@@ -66,13 +66,13 @@ class Output:
                 add_stats(
                     self.log.stats, f.writer, rank, f.pid, chunk.collapsed, f.last_ts, f.last_ts
                 )
-                self.log.collapsed += chunk.collapsed
+                self._collapsed(chunk.collapsed)
             return
         first = _ts(records[0], f.last_ts)
         last = _ts(records[-1], first)
         acct = (f.writer, f.identity.get("rank"), f.pid, chunk.weight, first, last)
         self.write(records, [acct], clean=chunk.clean)
-        self.log.collapsed += chunk.collapsed  # (in the file written: a rotation came first)
+        self._collapsed(chunk.collapsed)  # (in the file written: a rotation came first)
 
     def released(self, released: Released) -> None:
         """Write records released by the chronological merge and advance each file's
@@ -96,10 +96,20 @@ class Output:
             clean=released.clean,
             texts=released.texts,
         )
-        self.log.collapsed += sum(p.collapsed for p in released.pieces)
+        self._collapsed(sum(p.collapsed for p in released.pieces))
         for f, a in acct.items():
             f.held -= a[4]
             f.done = f.offset if not f.held else a[3]
+
+    def _collapsed(self, count: int) -> None:
+        """``count`` records collapsed into others (dedup.py) are accounted in the node log
+        now: counted with what is written, so a commit holds them exactly when it holds
+        their spool positions (with ``--en-chronological-ordering`` the merge releases a
+        collapsed record and its members' batches at different times)."""
+        if count:
+            self.log.collapsed += count
+            self.totals["collapsed"] = self.totals.get("collapsed", 0) + count
+            self.health.collapsed += count
 
     def texts(self, chunk: Chunk) -> list[str]:
         """The node-log texts of a chunk's records, one each (for the chronological merge

@@ -106,6 +106,7 @@ class Progress:
                         f"than committed ({plural(lp.length, 'byte')}): something else cut it"
                     )
                 self._log.stats = lp.stats
+                self._log.collapsed = lp.collapsed
             else:
                 say(f"node log {self.log_path} was replaced since the last commit; appending")
         elif lp is not None:
@@ -140,6 +141,7 @@ class Progress:
             ino=self._log.ino,
             length=self._log.length,
             stats=self._log.stats,
+            collapsed=self._log.collapsed,
             backups=self._log.backups,
             rotating=rotating,
         )

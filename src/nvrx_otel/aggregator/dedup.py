@@ -182,7 +182,8 @@ class DedupWindow:
                 if rank.__class__ is not int or ts.__class__ is not int or (loss and ri in loss):
                     continue  # no rank or time, or a loss report: never collapsed
                 try:
-                    key: Key | None = _SITE(d)
+                    site: Key = _SITE(d)
+                    key = site if site[4] is not None else _key_of_odd(d)  # null path: file
                 except KeyError:
                     key = _key_of_odd(d)
                 if "attrs" in d or "exc" in d:
@@ -225,9 +226,14 @@ _SITE: Final = operator.itemgetter("msg", "line", "lvl", "lg", "path")
 """What makes records identical, in the common case (every field there)."""
 
 
-def _key_of_odd(d: dict[str, Any]) -> Key:
-    """:data:`_SITE` of a record missing some of its fields (``file`` for ``path``)."""
-    return (d.get("msg"), d.get("line"), d.get("lvl"), d.get("lg"), d.get("path") or d.get("file"))
+def _key_of_odd(d: dict[str, Any]) -> Key | None:
+    """:data:`_SITE` of a record missing some of its fields (``file`` for ``path``); None
+    (never collapsed) when its ``file`` is not a text: readers show that field as it is,
+    without checking its type, and a list or an object cannot be a key."""
+    site = d.get("path") or d.get("file")
+    if site is not None and site.__class__ is not str:
+        return None
+    return (d.get("msg"), d.get("line"), d.get("lvl"), d.get("lg"), site)
 
 
 def _with_extras(key: Key | None, d: dict[str, Any]) -> Key | None:

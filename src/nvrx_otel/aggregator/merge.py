@@ -31,7 +31,7 @@ class _Block:
     """The records of one chunk with their keys, end offsets and (when the chunk holds
     loss reports) the writer records each accounts for."""
 
-    __slots__ = ("clean", "ends", "file", "keys", "records", "texts", "weights")
+    __slots__ = ("clean", "collapsed", "ends", "file", "keys", "records", "texts", "weights")
 
     def __init__(
         self,
@@ -48,6 +48,7 @@ class _Block:
         self.ends = ends
         self.weights = weights
         self.clean = chunk.clean
+        self.collapsed = chunk.collapsed  # in the last record's weight
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Piece:
     first: int  # smallest key
     last: int  # largest key
     end: int  # file offset after the last one
+    collapsed: int = 0  # of ``weight``, records collapsed into another (dedup.py)
 
 
 @dataclass
@@ -194,6 +196,7 @@ def _piece(block: _Block, lo: int, hi: int) -> Piece:
         first=block.keys[lo],
         last=block.keys[hi - 1],
         end=block.ends[hi - 1],
+        collapsed=block.collapsed if hi == len(block.keys) else 0,
     )
 
 

@@ -61,6 +61,7 @@ class Backup:
 
     ino: int
     stats: Stats = field(default_factory=dict)
+    collapsed: int = 0  # of the records in ``stats``, those collapsed into another (dedup.py)
 
 
 @dataclass
@@ -90,6 +91,7 @@ class NodeLogFile:
         self.length = 0
         self.committed = 0  # length as of the last commit (the caller's to set)
         self.stats: Stats = {}
+        self.collapsed = 0  # records in ``stats`` collapsed into another one here (dedup.py)
         self.backups: list[Backup] = []
 
     def open(self) -> None:
@@ -161,7 +163,8 @@ class NodeLogFile:
                 break
             n += 1
         known = {b.ino: b for b in self.backups}
-        chain = [Backup(self.ino, self.stats)] + [known.get(ino, Backup(ino)) for _, ino in on_disk]
+        chain = [Backup(self.ino, self.stats, self.collapsed)]
+        chain += [known.get(ino, Backup(ino)) for _, ino in on_disk]
         names = [self.path.name] + [backup_name(self.path, n).name for n, _ in on_disk]
         keep = len(chain) if self.keep is None else self.keep
         unlink = [(names[i], chain[i].ino) for i in range(keep, len(chain))]
@@ -190,6 +193,7 @@ class NodeLogFile:
         os.ftruncate(fd, 0)  # anything here was written after the plan and never committed
         self.fd, self.ino, self.dev, self.length, self.committed = fd, st.st_ino, st.st_dev, 0, 0
         self.stats = {}
+        self.collapsed = 0
         self.backups = list(plan.backups)
 
 

@@ -50,6 +50,9 @@ class Output:
         self.totals = totals
         self.rotate = rotate
         self._sink_errors: set[str] = set()
+        # True while a flushed de-duplication window is written: a rotation commits, and a
+        # commit between its chunks would hold records collapsed into one not yet written
+        self.rotation_held = False
         # Loss reports that come from no spool file (drop ledgers) go to the other sinks here.
         self.loss_sinks: list[Callable[[str, dict[str, Any]], None]] = []
 
@@ -63,11 +66,13 @@ class Output:
                 add_stats(
                     self.log.stats, f.writer, rank, f.pid, chunk.collapsed, f.last_ts, f.last_ts
                 )
+                self._collapsed(chunk.collapsed)
             return
         first = _ts(records[0], f.last_ts)
         last = _ts(records[-1], first)
         acct = (f.writer, f.identity.get("rank"), f.pid, chunk.weight, first, last)
         self.write(records, [acct], clean=chunk.clean)
+        self._collapsed(chunk.collapsed)  # (in the file written: a rotation came first)
 
     def released(self, released: Released) -> None:
         """Write records released by the chronological merge and advance each file's
@@ -91,9 +96,20 @@ class Output:
             clean=released.clean,
             texts=released.texts,
         )
+        self._collapsed(sum(p.collapsed for p in released.pieces))
         for f, a in acct.items():
             f.held -= a[4]
             f.done = f.offset if not f.held else a[3]
+
+    def _collapsed(self, count: int) -> None:
+        """``count`` records collapsed into others (dedup.py) are accounted in the node log
+        now: counted with what is written, so a commit holds them exactly when it holds
+        their spool positions (with ``--en-chronological-ordering`` the merge releases a
+        collapsed record and its members' batches at different times)."""
+        if count:
+            self.log.collapsed += count
+            self.totals["collapsed"] = self.totals.get("collapsed", 0) + count
+            self.health.collapsed += count
 
     def texts(self, chunk: Chunk) -> list[str]:
         """The node-log texts of a chunk's records, one each (for the chronological merge
@@ -115,7 +131,7 @@ class Output:
         else:
             text = (format_clean_records if clean else format_records)(records, self.node)
         data = text.encode("utf-8", "replace")
-        if self.log.needs_rotation():
+        if not self.rotation_held and self.log.needs_rotation():
             self.rotate()
         self.log.write(data)
         self._account(records, acct)
@@ -173,6 +189,9 @@ class Output:
                 lost += count
             self.health.dropped += lost
             self.totals["dropped"] += lost
+            # the records collapsed into a deleted record are dropped now, no longer collapsed
+            self.totals["collapsed"] = self.totals.get("collapsed", 0) - backup.collapsed
+            self.health.collapsed -= min(self.health.collapsed, backup.collapsed)
             say(
                 f"rotation deleted a node-log backup holding {plural(lost, 'record')} "
                 "(reported in the log)"

@@ -405,15 +405,19 @@ class Aggregator(Progress):
         """Pass on what the de-duplication window holds, identical records collapsed."""
         dedup = self._dedup
         assert dedup is not None
-        before = dedup.collapsed
-        chunks = dedup.flush()
-        collapsed = dedup.collapsed - before
-        self.health.collapsed += collapsed
-        self._totals["collapsed"] = self._totals.get("collapsed", 0) + collapsed
+        if self._merge is None and self._log.needs_rotation():
+            self._rotate()  # now, while the window's files are held: its commit is whole
+        chunks = dedup.flush()  # its collapsed records are counted as their batches are written
+        # The window is written whole before any commit (a rotation's too): a group's
+        # records lie in several chunks, and a commit between them would hold some of
+        # them collapsed and their record not yet written (the log may pass its size
+        # limit by one window; the next write rotates it)
+        self._out.rotation_held = True
         try:
             for chunk, start in chunks:
                 self._pass_on(chunk, start)
         finally:
+            self._out.rotation_held = False
             dedup.passed()
 
     def _pass_on(self, chunk: Chunk, start: int) -> None:
@@ -424,9 +428,9 @@ class Aggregator(Progress):
         self._totals["dropped"] += chunk.dropped
         self._totals["corrupt"] += chunk.corrupt
         self._dirty = True
-        if self._merge is not None:  # formatted now, while the chunk is in the CPU's cache
+        if self._merge is not None and chunk.records:  # formatted now, while in the CPU's cache
             self._merge.add(chunk, self._out.texts(chunk))
-        else:
+        else:  # (a batch whose records all collapsed into others: accounted at once)
             self._out.chunk(chunk)
         if not f.held:
             f.done = chunk.end

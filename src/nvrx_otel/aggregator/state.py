@@ -57,6 +57,7 @@ class LogProgress:
     stats: Stats = field(default_factory=dict)
     backups: list[Backup] = field(default_factory=list)
     rotating: RotationPlan | None = None
+    collapsed: int = 0  # NodeLogFile.collapsed
 
 
 @dataclass
@@ -153,7 +154,10 @@ def state_path(job_dir: Path) -> Path:
 
 
 def _backup_json(b: Backup) -> dict[str, Any]:
-    return {"ino": b.ino, "stats": b.stats}
+    doc: dict[str, Any] = {"ino": b.ino, "stats": b.stats}
+    if b.collapsed:
+        doc["collapsed"] = b.collapsed
+    return doc
 
 
 def _plan_json(p: RotationPlan) -> dict[str, Any]:
@@ -180,6 +184,7 @@ def encode(state: State) -> bytes:
             "ino": log.ino,
             "len": log.length,
             "stats": log.stats,
+            "collapsed": log.collapsed,
             "backups": [_backup_json(b) for b in log.backups],
             "rotating": None if log.rotating is None else _plan_json(log.rotating),
         },
@@ -188,7 +193,7 @@ def encode(state: State) -> bytes:
 
 
 def _backup(obj: Any) -> Backup:
-    return Backup(int(obj["ino"]), dict(obj["stats"]))
+    return Backup(int(obj["ino"]), dict(obj["stats"]), int(obj.get("collapsed", 0)))
 
 
 def _plan(obj: Any) -> RotationPlan:
@@ -218,6 +223,7 @@ def decode(data: bytes) -> State:
                 ino=int(raw["ino"]),
                 length=int(raw["len"]),
                 stats=dict(raw["stats"]),
+                collapsed=int(raw.get("collapsed", 0)),
                 backups=[_backup(b) for b in raw["backups"]],
                 rotating=None if raw.get("rotating") is None else _plan(raw["rotating"]),
             )

@@ -73,6 +73,10 @@ class Failures:
         self.first_by_trace: dict[str, Failure] = {}
         self.error_spans: dict[str, Span] = {}  # span id -> failing span with a rank
         self.starts: dict[tuple[int, int], int] = {}  # (cycle, rank) -> its failure's start
+        # (cycle, rank) whose first failure is a collapsed record of another rank: its own
+        # time is gone (between the record's first and last), so it does not tie with the
+        # record's own rank, whose time that is
+        self.stood_for: set[tuple[int, int]] = set()
 
     def log(self, e: Entry) -> None:
         if e.severity < ERROR_SEVERITY or e.rank is None or e.loss is not None:
@@ -82,6 +86,8 @@ class Failures:
             self._log(e, rank)
 
     def _log(self, e: Entry, rank: int) -> None:
+        """``e`` as a failure of ``rank`` (one of the ranks ``e`` stands for when the
+        aggregator collapsed it)."""
         key = (e.cycle or 0, rank)
         known = self.first_by_rank.get(key)
         trace = e.trace_id
@@ -91,7 +97,7 @@ class Failures:
             earlier = self.first_by_trace.get(trace)
             if earlier is not None and earlier.ts_ns <= e.ts_ns:
                 return
-        self._note(key, _log_failure(e, rank))
+        self._note(key, _log_failure(e, rank), member=rank != e.rank)
 
     def span(self, s: Span) -> None:
         rank = s.rank
@@ -101,7 +107,9 @@ class Failures:
             self.error_spans[s.span_id] = s
         self._note((s.cycle or 0, rank), _span_failure(s, rank), s.start_ns)
 
-    def _note(self, key: tuple[int, int], f: Failure, start: int | None = None) -> None:
+    def _note(
+        self, key: tuple[int, int], f: Failure, start: int | None = None, *, member: bool = False
+    ) -> None:
         known = self.first_by_rank.get(key)
         start = f.ts_ns if start is None else start
         if (
@@ -112,6 +120,10 @@ class Failures:
         ):
             self.first_by_rank[key] = f
             self.starts[key] = start
+            if member:
+                self.stood_for.add(key)
+            else:
+                self.stood_for.discard(key)
         trace = f.trace_id
         if trace is not None:
             earlier = self.first_by_trace.get(trace)
@@ -122,7 +134,11 @@ class Failures:
 
     def ranked(self) -> list[Failure]:
         """Each failing rank's (per cycle) first failure, earliest first."""
-        return sorted(self.first_by_rank.values(), key=lambda f: (f.ts_ns, f.rank))
+        stood_for = self.stood_for
+        return sorted(
+            self.first_by_rank.values(),
+            key=lambda f: (f.ts_ns, (f.cycle, f.rank) in stood_for, f.rank),
+        )
 
     def by_trace(self, first: Failure | None) -> Failure | None:
         """Where the failure of ``first``'s trace started (see the module)."""

@@ -35,6 +35,8 @@ _sev_by_name: dict[str, int] = {}
 _dumps = orjson.dumps
 _current_span = _tracectx.current_span
 _encoded_ids = _tracectx.encoded_ids
+_context = _tracectx.context
+_UNSET: Final = object()
 
 
 def severity(name: str, no: int) -> int:
@@ -87,25 +89,32 @@ class SpoolBridge:
         self.levels = levels
         self.cache = levels.caches[FILE] if levels is not None else None
         self.heads: dict[tuple[str, int, str], bytes] = {}
-        # (level name, level no, logger name, traced) -> line template (has the writer id)
-        self.templates: dict[tuple[str, int, str, bool], bytes] = {}
+        # (level name, level no, logger name) -> line template (has the writer id), without
+        # and with trace ids. (loguru's level, file and thread objects hash by identity.)
+        self.templates: dict[tuple[str, int, str], bytes] = {}
+        self.traced: dict[tuple[str, int, str], bytes] = {}
         self.sites: dict[tuple[str, int, str], bytes] = {}  # (path, line, function) -> fields
         self.threads: dict[tuple[int, str], bytes] = {}  # (id, name) -> fields
+        # The context of the last record and its trace fields: a context never changes once
+        # current (a new span makes a new one); holding it keeps its identity from being
+        # reused by another object.
+        self.last_ctx: tuple[object, bytes] = (_UNSET, b"")
         self.start_ns: int | None = None  # loguru's start time, from the first record
         writer.watch_starts(self)
 
     def writer_started(self) -> None:
         """The writer has a new id and identity (a forked child): forget the templates."""
         self.templates = {}
+        self.traced = {}
 
-    def template(self, key: tuple[str, int, str, bool]) -> bytes:
-        """The line template of a level and logger name, with trace ids (``key[3]``) or not."""
-        level, no, lg, traced = key
+    def template(self, key: tuple[str, int, str], traced: bool) -> bytes:
+        """The line template of a level and logger name, with trace ids or not."""
         w = self.writer
-        head = self.heads.get(key[:3]) or self.head(level, no, lg)
-        if len(self.templates) >= _MAX_CACHED:
-            self.templates = {}
-        template = self.templates[key] = rec.log_template(
+        head = self.heads.get(key) or self.head(*key)
+        templates = self.traced if traced else self.templates
+        if len(templates) >= _MAX_CACHED:
+            templates.clear()
+        template = templates[key] = rec.log_template(
             head, w.writer_id, w.identity_suffix, trace=traced
         )
         return template
@@ -124,6 +133,14 @@ class SpoolBridge:
         if len(self.threads) >= _MAX_CACHED:
             self.threads = {}
         encoded = self.threads[key] = rec.encoded_fields({"tid": key[0], "tn": key[1]})
+        return encoded
+
+    def trace(self, context: Any) -> bytes:
+        """The ``trace_id``/``span_id``/``tf`` fields of the span current in ``context``
+        (None: in the public API's current context); empty without a valid span."""
+        encoded = _encoded_ids(context)
+        if context is not None:
+            self.last_ctx = (context, encoded)
         return encoded
 
     def head(self, level: str, no: int, lg: str) -> bytes:
@@ -155,8 +172,6 @@ class SpoolBridge:
             named = bound.__class__ is str
             lg: str = bound if named else (record["name"] or "")
             writer = self.writer
-            file = record["file"]
-            thread = record["thread"]
             elapsed = record["elapsed"]  # loguru's time minus its start: cheaper than time
             us = (elapsed.days * 86400 + elapsed.seconds) * 1_000_000 + elapsed.microseconds
             start = self.start_ns
@@ -170,17 +185,22 @@ class SpoolBridge:
                 except (TypeError, orjson.JSONEncodeError):  # lone surrogates: the dict path
                     pass
                 else:
+                    file = record["file"]
                     where = (file.path, record["line"], record["function"])
                     site = self.sites.get(where) or self.site(where, file.name)
+                    thread = record["thread"]
                     who = (thread.id, thread.name)
                     fields = self.threads.get(who) or self.thread(who)
-                    trace = b"" if _current_span() is None else _encoded_ids(None)
-                    tkey = (level.name, level.no, lg, bool(trace))
-                    template = self.templates.get(tkey) or self.template(tkey)
+                    context = _context()
+                    last = self.last_ctx
+                    trace = last[1] if last[0] is context else self.trace(context)
                     seq = next(writer.counter)
+                    tkey = (level.name, level.no, lg)
                     if trace:
+                        template = self.traced.get(tkey) or self.template(tkey, True)
                         line = template % (ts, msg, site, fields, seq, trace)
                     else:
+                        template = self.templates.get(tkey) or self.template(tkey, False)
                         line = template % (ts, msg, site, fields, seq)
                     n = len(line)  # the writer's append window (SpoolWriter), inline
                     if writer.size + n > writer.limit:
@@ -197,6 +217,8 @@ class SpoolBridge:
                     else:
                         writer.finish_short_write(fd, line, written, ts)
                     return keep
+            file = record["file"]
+            thread = record["thread"]
             key = writer.next_key()
             out: dict[str, Any] = {
                 "ts": ts,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import string
+from datetime import timedelta, timezone
 from pathlib import Path
 from typing import Any, Final
 
@@ -67,6 +68,16 @@ def _emit_matches() -> bool:
     return code is not None and code.co_varnames[: len(_EMIT_ARGS)] == _EMIT_ARGS
 
 
+class _ProbeLevel:
+    """Stands for loguru's level in :meth:`TextFile.agrees`."""
+
+    name = "SUCCESS"
+    no = 25
+
+    def __format__(self, spec: str) -> str:
+        return self.name.__format__(spec)
+
+
 class TextFile:
     """The run file as a loguru sink object (``write``/``stop``, ``name`` for loguru's
     repr) and, once :meth:`take_over` succeeded, its handler's ``emit``."""
@@ -103,11 +114,32 @@ class TextFile:
             self.levelno = int(handler._levelno)
             self.filter = handler._filter
             self.loguru_emit = handler.emit
-        except (AttributeError, TypeError, ValueError):
+            if not self.agrees(handler._decolorized_format):
+                return False
+        except Exception:  # loguru's handler is not what this class knows: leave it alone
             return False
         self.handler = handler
         handler.emit = self.emit
         return True
+
+    def agrees(self, loguru_format: str) -> bool:
+        """Whether :meth:`line` makes the line loguru's format makes of a sample record
+        (the time as loguru formats it, the pieces put together as loguru does)."""
+        zone = timezone(timedelta(hours=-3, minutes=-30), "probe")
+        record = {
+            "time": _LoguruDatetime(2031, 2, 3, 4, 5, 6, 789012, tzinfo=zone),
+            "level": _ProbeLevel(),
+            "name": "pkg.mod",
+            "function": "fn",
+            "line": 42,
+            "message": "probe {} \u00e9",
+        }
+        ours = self.line(record, record["level"])
+        self.sites, self.clock = {}, ((), "")
+        return ours == loguru_format.format_map({**record, "exception": ""})
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"cannot pickle {type(self).__name__!r} object (an open descriptor)")
 
     # -- loguru's sink -----------------------------------------------------------------------
 
@@ -158,28 +190,10 @@ class TextFile:
             except Exception:  # loguru's emit calls it again and reports the error its way
                 self.loguru_emit(record, level_id, from_decorator, is_raw, colored_message)
                 return
+        text: str | None
         try:
-            t = record["time"]
-            if t.__class__ is not _LoguruDatetime:
-                raise TypeError("not loguru's datetime")
-            clock_key = (t.second, t.minute, t.hour, t.day, t.month, t.year)
-            key, clock = self.clock
-            if key != clock_key:
-                s, mi, h, d, mo, y = clock_key
-                clock = f"{y:04d}-{mo:02d}-{d:02d} {h:02d}:{mi:02d}:{s:02d}."
-                self.clock = (clock_key, clock)
-            name = record["name"]
-            function = record["function"]
-            line = record["line"]
-            site_key = (level.name, name, function, line)
-            site = self.sites.get(site_key)
-            if site is None:
-                site = self.site(site_key, level, name, function, line)
-            message = record["message"]
-            if message.__class__ is not str:
-                raise TypeError("a message that is not a str")
-            text = f"{clock}{_MS[t.microsecond // 1000]}{site}{message}\n"
-        except Exception:
+            text = self.line(record, level)
+        except Exception:  # a field a patcher gave another type
             text = self.formatted(record)
             if text is None:
                 return
@@ -188,6 +202,30 @@ class TextFile:
         except UnicodeEncodeError:  # lone surrogates (undecodable file names): escaped
             data = text.encode("utf-8", "backslashreplace")
         self.append(data)
+
+    def line(self, record: Any, level: Any) -> str:
+        """The run-file line of a record without exception, from the cached pieces; raises
+        for a field these cannot be made of (``formatted`` makes those lines)."""
+        t = record["time"]
+        if t.__class__ is not _LoguruDatetime:
+            raise TypeError("not loguru's datetime")
+        clock_key = (t.second, t.minute, t.hour, t.day, t.month, t.year)
+        key, clock = self.clock
+        if key != clock_key:
+            s, mi, h, d, mo, y = clock_key
+            clock = f"{y:04d}-{mo:02d}-{d:02d} {h:02d}:{mi:02d}:{s:02d}."
+            self.clock = (clock_key, clock)  # one assignment: threads see a matching pair
+        name = record["name"]
+        function = record["function"]
+        line = record["line"]
+        site_key = (level.name, name, function, line)
+        site = self.sites.get(site_key)
+        if site is None:
+            site = self.site(site_key, level, name, function, line)
+        message = record["message"]
+        if message.__class__ is not str:
+            raise TypeError("a message that is not a str")
+        return f"{clock}{_MS[t.microsecond // 1000]}{site}{message}\n"
 
     def site(self, key: tuple[Any, ...], level: Any, name: Any, function: Any, line: Any) -> str:
         """`` | LEVEL    | name:function:line | `` of one level and call site, cached."""

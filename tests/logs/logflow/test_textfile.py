@@ -188,3 +188,16 @@ def test_removing_the_handler_closes_the_descriptor() -> None:
         pickle.dumps(sink)
     reset_logging()
     assert sink.closed and sink.fd == -1
+
+
+def test_a_record_a_patcher_broke_never_raises_into_the_call(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    configure_logging(script_name="run", console_level="CRITICAL")
+    log = get_logger("x")
+    log.patch(lambda r: r.pop("exception")).info("no exception key")
+    log.patch(lambda r: r.update(level="INFO")).info("a level without .no")
+    log.info("after")
+    shutdown_logging()
+    assert messages(Path("logs") / "run.log")[-1] == "after"
+    assert "Logging error in Loguru Handler" in capfd.readouterr().err  # loguru's own report

@@ -176,11 +176,15 @@ class TextFile:
     ) -> None:
         """loguru's ``Handler.emit`` for this run file: level, filter, then the line from
         cached pieces (or loguru's own ``emit`` for what it does not build)."""
-        if is_raw or record["exception"] is not None or self.closed:
+        try:
+            loguru_s = is_raw or record["exception"] is not None or self.closed
+            level = record["level"]
+            if not loguru_s and level.no < self.levelno:
+                return
+        except Exception:  # a record a patcher broke: loguru's emit reports it its way
+            loguru_s = True
+        if loguru_s:
             self.loguru_emit(record, level_id, from_decorator, is_raw, colored_message)
-            return
-        level = record["level"]
-        if level.no < self.levelno:
             return
         filter_ = self.filter
         if filter_ is not None:

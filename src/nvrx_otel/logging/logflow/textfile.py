@@ -10,10 +10,12 @@ the line is the wall-clock second (made once a second), then `` | LEVEL    | nam
 | `` (once per level and call site), the message, ``\\n``; one ``os.write`` on an
 ``O_APPEND`` descriptor. These are the bytes loguru's file sink writes for the same
 record: the pieces are made by ``format_map`` over the same fields, the second from the
-same ``datetime`` fields loguru's ``YYYY-MM-DD HH:mm:ss.SSS`` reads. What it does not
-build goes through loguru's own ``emit`` to :meth:`TextFile.write`, the same descriptor:
-``opt(raw=True)`` (a bare message), exceptions (loguru formats the traceback), a time a
-patcher replaced by another type.
+same ``datetime`` fields loguru's ``YYYY-MM-DD HH:mm:ss.SSS`` reads, and the handler is
+taken over only when its line for a sample record is the one loguru's format makes.
+``opt(raw=True)`` (a bare message) and exceptions (loguru formats the traceback) go
+through loguru's own ``emit`` to :meth:`TextFile.write`, the same descriptor; a record
+whose fields a patcher gave other types is formatted by ``format_map`` over the record, as
+loguru's handler does.
 
 A line that cannot be written (disk full, file size limit) is counted and said once
 (:data:`~.runfilewriter.losses`), never a traceback per line. As with loguru's file sink,
@@ -32,7 +34,6 @@ from typing import Any, Final
 import loguru._datetime
 import loguru._handler
 
-from nvrx_otel.logging.handler import report_error
 from nvrx_otel.logging.logflow.runfilewriter import losses, safe_text
 
 TIME_FIELD: Final = "{time:YYYY-MM-DD HH:mm:ss.SSS}"
@@ -247,7 +248,6 @@ class TextFile:
             fields = record.copy()
             fields["exception"] = ""
             return str(self.handler._decolorized_format.format_map(fields))
-        except Exception as exc:
+        except Exception as exc:  # loguru's format fails too: the line is lost, counted
             losses.add(self.path, exc)
-            report_error("cannot format a run-file line", exc, lost=False)
             return None

@@ -178,13 +178,13 @@ class TextFile:
         """loguru's ``Handler.emit`` for this run file: level, filter, then the line from
         cached pieces (or loguru's own ``emit`` for what it does not build)."""
         try:
-            loguru_s = is_raw or record["exception"] is not None or self.closed
+            to_loguru = is_raw or record["exception"] is not None or self.closed
             level = record["level"]
-            if not loguru_s and level.no < self.levelno:
+            if not to_loguru and level.no < self.levelno:
                 return
         except Exception:  # a record a patcher broke: loguru's emit reports it its way
-            loguru_s = True
-        if loguru_s:
+            to_loguru = True
+        if to_loguru:
             self.loguru_emit(record, level_id, from_decorator, is_raw, colored_message)
             return
         filter_ = self.filter
@@ -243,7 +243,7 @@ class TextFile:
 
     def formatted(self, record: Any) -> str | None:
         """The line as loguru's handler formats it (a record the pieces cannot make: a
-        patched field of another type); None when that fails too (counted, reported)."""
+        patched field of another type); None when that fails too (counted)."""
         try:
             fields = record.copy()
             fields["exception"] = ""

@@ -12,6 +12,7 @@ import logging
 import os
 import pickle
 import re
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -201,3 +202,25 @@ def test_a_record_a_patcher_broke_never_raises_into_the_call(
     shutdown_logging()
     assert messages(Path("logs") / "run.log")[-1] == "after"
     assert "Logging error in Loguru Handler" in capfd.readouterr().err  # loguru's own report
+
+
+def test_threads_logging_at_once_write_whole_lines(tmp_path: Path) -> None:
+    configure_logging(script_name="run", console_level="CRITICAL")
+    log = get_logger("x")
+
+    def burst(n: int) -> None:
+        for j in range(300):
+            log.info("thread {} line {} {}", n, j, "z" * (j % 50))
+
+    threads = [threading.Thread(target=burst, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    shutdown_logging()
+    path = tmp_path / "logs" / "run.log"
+    assert len(path.read_text().splitlines()) == 4 * 300
+    got = messages(path)
+    assert sorted(got) == sorted(
+        f"thread {n} line {j} {'z' * (j % 50)}" for n in range(4) for j in range(300)
+    )

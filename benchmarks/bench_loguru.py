@@ -6,8 +6,13 @@ median round, ratios the median of the per-round ratios:
 
 - ``plain_file``: plain loguru, one file sink in LogFlow's line format (LogFlow's default,
   ``enqueue=False``), logging through ``logger.bind(name=...)`` as LogFlow's ``get_logger``;
-- ``bridge``: ``configure_logging`` with a node-local spool: the same file sink plus the
-  spool bridge (and a console sink that takes only CRITICAL, as on a quiet rank 0);
+  the same line our run file writes, so the ratio is what the front end adds;
+- ``plain_file_default``: ``logger.add(file)`` with loguru's default format, for reference
+  (what a loguru user has without any front end: the same work, `` - `` before the message);
+- ``bridge``: ``configure_logging`` with a node-local spool: the run file in LogFlow's
+  format plus the spool bridge (and a console sink that takes only CRITICAL, as on a quiet
+  rank 0);
+- ``run_file``: ``configure_logging`` without a spool: the run file alone;
 - ``plain_file_enqueue`` / ``bridge_enqueue``: the same two with ``enqueue=True`` (loguru's
   pipe to a writer thread vs our in-process queue, see ``logflow.queued``);
 - disabled calls (DEBUG under a global INFO): ``plain_disabled`` (plain loguru), ``ours_disabled``
@@ -54,14 +59,18 @@ def _debug(log: Any) -> Callable[[int], None]:
     return call
 
 
-def _plain(workdir: Path, *, enqueue: bool = False, lower: bool = False) -> Any:
+def _plain(
+    workdir: Path, *, enqueue: bool = False, lower: bool = False, default: bool = False
+) -> Any:
     from loguru import logger
 
     from nvrx_otel.logging.logflow import reset_logging
 
     reset_logging()
     logger.remove()
-    if lower:  # LogFlow's module_levels: the sink at the lowest rule level, a filter decides
+    if default:  # loguru's default format and options
+        logger.add(workdir / "default.log", level="INFO")
+    elif lower:  # LogFlow's module_levels: the sink at the lowest rule level, a filter decides
         cache: dict[Any, int] = {}
 
         def keep(record: Any) -> bool:
@@ -77,20 +86,25 @@ def _plain(workdir: Path, *, enqueue: bool = False, lower: bool = False) -> Any:
     return logger.bind(name=__name__)  # what LogFlow's get_logger(__name__) returns
 
 
-def _ours(workdir: Path, *, enqueue: bool = False, rules: Any = None) -> Any:
+def _ours(workdir: Path, *, enqueue: bool = False, rules: Any = None, spool: bool = True) -> Any:
     from nvrx_otel.logging.logflow import configure_logging, get_logger, reset_logging
 
     reset_logging()
-    configure_logging(
-        log_dir=workdir / "logs",
-        script_name="bench",
-        file_level="INFO",
-        console_level="CRITICAL",
-        rotation_on_startup=False,
-        enqueue=enqueue,
-        module_levels=rules,
-        force=True,
-    )
+    saved = None if spool else os.environ.pop("NVRX_NODE_LOCAL_TMPDIR", None)
+    try:
+        configure_logging(
+            log_dir=workdir / "logs",
+            script_name="bench",
+            file_level="INFO",
+            console_level="CRITICAL",
+            rotation_on_startup=False,
+            enqueue=enqueue,
+            module_levels=rules,
+            force=True,
+        )
+    finally:
+        if saved is not None:
+            os.environ["NVRX_NODE_LOCAL_TMPDIR"] = saved
     return get_logger(__name__)
 
 
@@ -109,7 +123,9 @@ def run(calls: int = 2_000, rounds: int = ROUNDS) -> dict[str, Any]:
         lower_rules = {"noisy.lib": {"file": "DEBUG"}}
         cases: list[tuple[str, Callable[[], Callable[[int], None]], int]] = [
             ("plain_file", lambda: _info(_plain(workdir)), calls),
+            ("plain_file_default", lambda: _info(_plain(workdir, default=True)), calls),
             ("bridge", lambda: _info(_ours(workdir)), calls),
+            ("run_file", lambda: _info(_ours(workdir, spool=False)), calls),
             ("plain_file_enqueue", lambda: _info(_plain(workdir, enqueue=True)), calls),
             ("bridge_enqueue", lambda: _info(_ours(workdir, enqueue=True)), calls),
             ("plain_disabled", lambda: _debug(_plain(workdir)), calls * 10),
@@ -142,6 +158,8 @@ def run(calls: int = 2_000, rounds: int = ROUNDS) -> dict[str, Any]:
         "ns_per_call": ns,
         "ratios": {
             "bridge/plain_file": paired("bridge", "plain_file"),
+            "bridge/plain_file_default": paired("bridge", "plain_file_default"),
+            "run_file/plain_file": paired("run_file", "plain_file"),
             "bridge_enqueue/plain_file_enqueue": paired("bridge_enqueue", "plain_file_enqueue"),
             "ours_disabled/plain_disabled": paired("ours_disabled", "plain_disabled"),
             "ours_disabled_raise/plain_disabled": paired("ours_disabled_raise", "plain_disabled"),

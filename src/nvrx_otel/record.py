@@ -175,16 +175,20 @@ def log_head(sev: int, lvl: str, lg: str) -> bytes:
     return b"{" + encoded_fields(fields)
 
 
-def log_template(head: bytes, writer_id: str, suffix: bytes, *, trace: bool) -> bytes:
+def log_template(
+    head: bytes, writer_id: str, suffix: bytes, *, trace: bool, attrs: bool = False
+) -> bytes:
     """A plain log line as a ``%`` template of one logger, level and writer: ``head``
     (:func:`log_head`), then ``ts`` (int), ``msg`` (its JSON bytes), two runs of fields
     ending in a comma (:func:`encoded_fields`: call site, thread), the writer's ``seq``
-    (int, written in hex) and, with ``trace``, the ids (``_tracectx.encoded_ids`` bytes),
+    (int, written in hex), with ``trace`` the ids (``_tracectx.encoded_ids`` bytes, empty
+    without a span), with ``attrs`` the attributes (``,"attrs":{…}`` bytes, or empty),
     then the identity ``suffix``."""
     return (
         head.replace(b"%", b"%%")
         + _LOG_TEMPLATE % writer_id.encode()
         + (b"%b" if trace else b"")
+        + (b"%b" if attrs else b"")
         + suffix.replace(b"%", b"%%")
     )
 

@@ -35,6 +35,9 @@ _sev_by_name: dict[str, int] = {}
 _dumps = orjson.dumps
 _current_span = _tracectx.current_span
 _encoded_ids = _tracectx.encoded_ids
+_context = _tracectx.context
+_UNSET: Final = object()
+_ATTRS: Final = b',"attrs":'
 
 
 def severity(name: str, no: int) -> int:
@@ -68,12 +71,13 @@ class SpoolBridge:
     """A loguru filter that writes the record to ``writer``; returns whether the run file
     takes it (``keep``), or False on a handler of its own.
 
-    Like the stdlib fast path, it builds the spool line itself. A plain record (no
-    exception, no ``extra`` beyond the bound name) is one ``%`` of a cached line template
-    per level and logger name (``record.log_template``) with the message's JSON and cached
-    call-site and thread fields, appended through the writer's append window inline; any
-    other record is a dict of its own fields after a cached head (``record.headed_line``).
-    Both write the same bytes for the same record.
+    Like the stdlib fast path, it builds the spool line itself. A record without exception
+    is one ``%`` of a cached line template per level and logger name
+    (``record.log_template``) with the message's JSON, cached call-site and thread fields,
+    the trace fields of the last context and the JSON of its ``extra`` beyond the bound name
+    (flattened, if any), appended through the writer's append window inline; any other
+    record (an exception, a value orjson refuses) is a dict of its own fields after a
+    cached head (``record.headed_line``). Both write the same bytes for the same record.
     """
 
     def __init__(
@@ -87,10 +91,16 @@ class SpoolBridge:
         self.levels = levels
         self.cache = levels.caches[FILE] if levels is not None else None
         self.heads: dict[tuple[str, int, str], bytes] = {}
-        # (level name, level no, logger name, traced) -> line template (has the writer id)
-        self.templates: dict[tuple[str, int, str, bool], bytes] = {}
+        # (level name, level no, logger name) -> line template (has the writer id), with
+        # slots for the trace ids and the attributes (either may be empty). (loguru's
+        # level, file and thread objects hash by identity: the keys are their values.)
+        self.templates: dict[tuple[str, int, str], bytes] = {}
         self.sites: dict[tuple[str, int, str], bytes] = {}  # (path, line, function) -> fields
         self.threads: dict[tuple[int, str], bytes] = {}  # (id, name) -> fields
+        # The context of the last record and its trace fields: a context never changes once
+        # current (a new span makes a new one); holding it keeps its identity from being
+        # reused by another object.
+        self.last_ctx: tuple[object, bytes] = (_UNSET, b"")
         self.start_ns: int | None = None  # loguru's start time, from the first record
         writer.watch_starts(self)
 
@@ -98,15 +108,14 @@ class SpoolBridge:
         """The writer has a new id and identity (a forked child): forget the templates."""
         self.templates = {}
 
-    def template(self, key: tuple[str, int, str, bool]) -> bytes:
-        """The line template of a level and logger name, with trace ids (``key[3]``) or not."""
-        level, no, lg, traced = key
+    def template(self, key: tuple[str, int, str]) -> bytes:
+        """The line template of a level and logger name (level name, level no, logger)."""
         w = self.writer
-        head = self.heads.get(key[:3]) or self.head(level, no, lg)
+        head = self.heads.get(key) or self.head(*key)
         if len(self.templates) >= _MAX_CACHED:
             self.templates = {}
         template = self.templates[key] = rec.log_template(
-            head, w.writer_id, w.identity_suffix, trace=traced
+            head, w.writer_id, w.identity_suffix, trace=True, attrs=True
         )
         return template
 
@@ -124,6 +133,14 @@ class SpoolBridge:
         if len(self.threads) >= _MAX_CACHED:
             self.threads = {}
         encoded = self.threads[key] = rec.encoded_fields({"tid": key[0], "tn": key[1]})
+        return encoded
+
+    def trace(self, context: Any) -> bytes:
+        """The ``trace_id``/``span_id``/``tf`` fields of the span current in ``context``
+        (None: in the public API's current context); empty without a valid span."""
+        encoded = _encoded_ids(context)
+        if context is not None:
+            self.last_ctx = (context, encoded)
         return encoded
 
     def head(self, level: str, no: int, lg: str) -> bytes:
@@ -155,33 +172,38 @@ class SpoolBridge:
             named = bound.__class__ is str
             lg: str = bound if named else (record["name"] or "")
             writer = self.writer
-            file = record["file"]
-            thread = record["thread"]
             elapsed = record["elapsed"]  # loguru's time minus its start: cheaper than time
             us = (elapsed.days * 86400 + elapsed.seconds) * 1_000_000 + elapsed.microseconds
             start = self.start_ns
             if start is None:
                 start = self.start_ns = round(record["time"].timestamp() * 1e6) * 1000 - us * 1000
             ts = start + us * 1000
-            if record["exception"] is None and (not extra or (named and len(extra) == 1)):
+            if record["exception"] is None:
                 # the template path (the dict path below writes the same bytes)
                 try:
                     msg = _dumps(record["message"])
-                except (TypeError, orjson.JSONEncodeError):  # lone surrogates: the dict path
-                    pass
+                    attrs = b""
+                    if extra and (len(extra) > 1 or not named):  # as the dict path's attrs
+                        flat = flatten(extra)
+                        if named:
+                            del flat[NAME_KEY]
+                        attrs = _ATTRS + _dumps(flat)
+                except (TypeError, orjson.JSONEncodeError):  # lone surrogates, odd values:
+                    pass  # the dict path
                 else:
+                    file = record["file"]
                     where = (file.path, record["line"], record["function"])
                     site = self.sites.get(where) or self.site(where, file.name)
+                    thread = record["thread"]
                     who = (thread.id, thread.name)
                     fields = self.threads.get(who) or self.thread(who)
-                    trace = b"" if _current_span() is None else _encoded_ids(None)
-                    tkey = (level.name, level.no, lg, bool(trace))
-                    template = self.templates.get(tkey) or self.template(tkey)
+                    context = _context()
+                    last = self.last_ctx
+                    trace = last[1] if last[0] is context else self.trace(context)
                     seq = next(writer.counter)
-                    if trace:
-                        line = template % (ts, msg, site, fields, seq, trace)
-                    else:
-                        line = template % (ts, msg, site, fields, seq)
+                    tkey = (level.name, level.no, lg)
+                    template = self.templates.get(tkey) or self.template(tkey)
+                    line = template % (ts, msg, site, fields, seq, trace, attrs)
                     n = len(line)  # the writer's append window (SpoolWriter), inline
                     if writer.size + n > writer.limit:
                         writer.write_line(line, ts)
@@ -197,6 +219,8 @@ class SpoolBridge:
                     else:
                         writer.finish_short_write(fd, line, written, ts)
                     return keep
+            file = record["file"]
+            thread = record["thread"]
             key = writer.next_key()
             out: dict[str, Any] = {
                 "ts": ts,
@@ -220,10 +244,10 @@ class SpoolBridge:
             if exc is not None:
                 add_exception(out, (exc.type, exc.value, exc.traceback))
             if extra and (len(extra) > 1 or not named):
-                attrs = flatten(extra)
+                flat = flatten(extra)
                 if named:
-                    del attrs[NAME_KEY]
-                out["attrs"] = attrs
+                    del flat[NAME_KEY]
+                out["attrs"] = flat
             head = self.heads.get((level.name, level.no, lg)) or self.head(level.name, level.no, lg)
             writer.write_line(rec.headed_line(head, out, writer.identity_suffix), ts)
         except Exception as exc:  # telemetry never breaks the log call

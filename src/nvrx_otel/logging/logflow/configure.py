@@ -41,6 +41,7 @@ from nvrx_otel.logging.logflow.settings import (
     forget_export,
     resolve,
 )
+from nvrx_otel.logging.logflow.textfile import TextFile
 from nvrx_otel.spool.paths import SpoolPathError
 from nvrx_otel.spool.registry import get_writer
 from nvrx_otel.spool.writer import SpoolWriter
@@ -380,10 +381,10 @@ def _apply(settings: Settings, *, implicit: bool) -> None:
             if own:  # our own descriptor: rotation, JSON lines, per-worker files
                 sink = _file_sink(settings, path, owner, rank, log_dir, script, per_rank)
                 hid = logger.add(sink, **file_options)
-            else:
-                hid = logger.add(  # lone surrogates (undecodable file names) escaped
-                    str(path), mode="a", encoding="utf-8", errors="backslashreplace", **file_options
-                )
+            else:  # the default: lines from cached pieces (lone surrogates escaped)
+                text_file = TextFile(path, file_options["format"])
+                hid = logger.add(text_file, **file_options)
+                text_file.take_over(logger._core.handlers[hid])  # type: ignore[attr-defined]
             ids.append((hid, FILE))
         except OSError as exc:  # the console and the spool still work
             env.warn_once(f"cannot open the run file {path}: {exc}; no run file")

@@ -1,0 +1,253 @@
+"""The default run file (text lines; no rotation, JSON, per-worker files nor ``enqueue``):
+its loguru handler builds each line from cached pieces instead of formatting it.
+
+loguru's handler formats every line with ``format_map`` over a copy of the record (the
+time through loguru's own datetime formatter), then writes it under its lock through a
+line-buffered text file: about half the cost of a plain loguru call. The run file's
+handler stays loguru's — its level, its filter (the spool bridge, module levels), its id —
+but :meth:`TextFile.emit` takes the place of its ``emit``: after the level and the filter,
+the line is the wall-clock second (made once a second), then `` | LEVEL    | name:fn:line
+| `` (once per level and call site), the message, ``\\n``; one ``os.write`` on an
+``O_APPEND`` descriptor. These are the bytes loguru's file sink writes for the same
+record: the pieces are made by ``format_map`` over the same fields, the second from the
+same ``datetime`` fields loguru's ``YYYY-MM-DD HH:mm:ss.SSS`` reads, and the handler is
+taken over only when its line for a sample record is the one loguru's format makes.
+``opt(raw=True)`` (a bare message) and exceptions (loguru formats the traceback) go
+through loguru's own ``emit`` to :meth:`TextFile.write`, the same descriptor; a record
+whose fields a patcher gave other types is formatted by ``format_map`` over the record, as
+loguru's handler does.
+
+A line that cannot be written (disk full, file size limit) is counted and said once
+(:data:`~.runfilewriter.losses`), never a traceback per line. As with loguru's file sink,
+a run file deleted while running is not made again (the other options' descriptor looks
+before every line: an ``fstat`` per line).
+"""
+
+from __future__ import annotations
+
+import os
+import string
+from datetime import timedelta, timezone
+from pathlib import Path
+from typing import Any, Final
+
+import loguru._datetime
+import loguru._handler
+
+from nvrx_otel.logging.logflow.runfilewriter import losses, safe_text
+
+TIME_FIELD: Final = "{time:YYYY-MM-DD HH:mm:ss.SSS}"
+"""The run file's line starts with this field (LogFlow's format)."""
+_MESSAGE_FIELD: Final = "{message}"
+_SITE_FIELDS: Final = frozenset({"level", "name", "function", "line"})
+_MAX_CACHED: Final = 4096
+_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+_MS: Final = tuple(f"{ms:03d}" for ms in range(1000))
+_LoguruDatetime: Any = loguru._datetime.datetime
+_EMIT_ARGS: Final = ("self", "record", "level_id", "from_decorator", "is_raw", "colored_message")
+
+
+def _middle_format(fmt: str) -> str | None:
+    """The part of ``fmt`` between the time and the message, when ``fmt`` is
+    ``{time:YYYY-MM-DD HH:mm:ss.SSS}<middle>{message}`` and the middle names only the
+    level and the call site; else None (no fast path for that format)."""
+    if not (fmt.startswith(TIME_FIELD) and fmt.endswith(_MESSAGE_FIELD)):
+        return None
+    middle = fmt[len(TIME_FIELD) : -len(_MESSAGE_FIELD)]
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(middle) if f is not None]
+    except ValueError:
+        return None
+    if not set(fields) <= _SITE_FIELDS:
+        return None
+    return middle
+
+
+def _emit_matches() -> bool:
+    """Whether loguru's ``Handler.emit`` takes the arguments :meth:`TextFile.emit` takes."""
+    code = getattr(getattr(loguru._handler.Handler, "emit", None), "__code__", None)
+    return code is not None and code.co_varnames[: len(_EMIT_ARGS)] == _EMIT_ARGS
+
+
+class _ProbeLevel:
+    """Stands for loguru's level in :meth:`TextFile.agrees`."""
+
+    name = "SUCCESS"
+    no = 25
+
+    def __format__(self, spec: str) -> str:
+        return self.name.__format__(spec)
+
+
+class TextFile:
+    """The run file as a loguru sink object (``write``/``stop``, ``name`` for loguru's
+    repr) and, once :meth:`take_over` succeeded, its handler's ``emit``."""
+
+    def __init__(self, path: os.PathLike[str] | str, fmt: str) -> None:
+        """Open ``path`` for appending (``OSError`` if it cannot be); ``fmt`` is the format
+        the handler is added with."""
+        self.path = Path(path)
+        self.name = f"'{path}'"  # as loguru names a file sink (its handler's repr)
+        self.encoding = "utf-8"  # loguru's traceback formatter asks (as of its file sink)
+        self.fmt = fmt
+        self.middle = _middle_format(fmt)
+        self.fd = os.open(path, _FLAGS, 0o666)
+        self.closed = False
+        self.sites: dict[tuple[Any, ...], str] = {}
+        self.clock: tuple[tuple[int, ...], str] = ((), "")
+        self.levelno = 0
+        self.filter: Any = None
+        self.loguru_emit: Any = None
+        self.handler: Any = None
+
+    def take_over(self, handler: Any) -> bool:
+        """Become ``handler``'s ``emit`` (the handler loguru made for this sink) when its
+        format is one this class builds and loguru's handler looks as expected; else leave
+        it alone (loguru formats, :meth:`write` writes). Returns whether it took over."""
+        if self.middle is None or not _emit_matches():
+            return False
+        try:
+            expected = self.fmt + "\n{exception}"
+            if handler._decolorized_format != expected or handler._is_formatter_dynamic:
+                return False
+            if handler._colorize or handler._serialize or handler._enqueue:
+                return False
+            self.levelno = int(handler._levelno)
+            self.filter = handler._filter
+            self.loguru_emit = handler.emit
+            if not self.agrees(handler._decolorized_format):
+                return False
+        except Exception:  # loguru's handler is not what this class knows: leave it alone
+            return False
+        self.handler = handler
+        handler.emit = self.emit
+        return True
+
+    def agrees(self, loguru_format: str) -> bool:
+        """Whether :meth:`line` makes the line loguru's format makes of a sample record
+        (the time as loguru formats it, the pieces put together as loguru does)."""
+        zone = timezone(timedelta(hours=-3, minutes=-30), "probe")
+        record = {
+            "time": _LoguruDatetime(2031, 2, 3, 4, 5, 6, 789012, tzinfo=zone),
+            "level": _ProbeLevel(),
+            "name": "pkg.mod",
+            "function": "fn",
+            "line": 42,
+            "message": "probe {} \u00e9",
+        }
+        ours = self.line(record, record["level"])
+        self.sites, self.clock = {}, ((), "")
+        return ours == loguru_format.format_map({**record, "exception": ""})
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"cannot pickle {type(self).__name__!r} object (an open descriptor)")
+
+    # -- loguru's sink -----------------------------------------------------------------------
+
+    def write(self, message: Any) -> None:
+        """A line loguru formatted (the records :meth:`emit` leaves to it)."""
+        self.append(safe_text(str(message)))
+
+    def stop(self) -> None:
+        """The handler was removed: close the descriptor."""
+        if not self.closed:
+            self.closed = True
+            fd, self.fd = self.fd, -1
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def append(self, data: bytes) -> None:
+        fd = self.fd
+        if fd < 0:
+            return
+        try:
+            written = os.write(fd, data)
+            while written < len(data):  # a short write (file size limit, signal)
+                data = data[written:]
+                written = os.write(fd, data)
+        except Exception as exc:  # disk full or gone: the spool still has the record
+            losses.add(self.path, exc)
+
+    # -- the handler's emit -------------------------------------------------------------------
+
+    def emit(
+        self, record: Any, level_id: Any, from_decorator: Any, is_raw: Any, colored_message: Any
+    ) -> None:
+        """loguru's ``Handler.emit`` for this run file: level, filter, then the line from
+        cached pieces (or loguru's own ``emit`` for what it does not build)."""
+        try:
+            to_loguru = is_raw or record["exception"] is not None or self.closed
+            level = record["level"]
+            if not to_loguru and level.no < self.levelno:
+                return
+        except Exception:  # a record a patcher broke: loguru's emit reports it its way
+            to_loguru = True
+        if to_loguru:
+            self.loguru_emit(record, level_id, from_decorator, is_raw, colored_message)
+            return
+        filter_ = self.filter
+        if filter_ is not None:
+            try:
+                if not filter_(record):
+                    return
+            except Exception:  # loguru's emit calls it again and reports the error its way
+                self.loguru_emit(record, level_id, from_decorator, is_raw, colored_message)
+                return
+        text: str | None
+        try:
+            text = self.line(record, level)
+        except Exception:  # a field a patcher gave another type
+            text = self.formatted(record)
+            if text is None:
+                return
+        try:
+            data = text.encode()
+        except UnicodeEncodeError:  # lone surrogates (undecodable file names): escaped
+            data = text.encode("utf-8", "backslashreplace")
+        self.append(data)
+
+    def line(self, record: Any, level: Any) -> str:
+        """The run-file line of a record without exception, from the cached pieces; raises
+        for a field these cannot be made of (``formatted`` makes those lines)."""
+        t = record["time"]
+        if t.__class__ is not _LoguruDatetime:
+            raise TypeError("not loguru's datetime")
+        clock_key = (t.second, t.minute, t.hour, t.day, t.month, t.year)
+        key, clock = self.clock
+        if key != clock_key:
+            s, mi, h, d, mo, y = clock_key
+            clock = f"{y:04d}-{mo:02d}-{d:02d} {h:02d}:{mi:02d}:{s:02d}."
+            self.clock = (clock_key, clock)  # one assignment: threads see a matching pair
+        name = record["name"]
+        function = record["function"]
+        line = record["line"]
+        site_key = (level.name, name, function, line)
+        site = self.sites.get(site_key)
+        if site is None:
+            site = self.site(site_key, level, name, function, line)
+        message = record["message"]
+        if message.__class__ is not str:
+            raise TypeError("a message that is not a str")
+        return f"{clock}{_MS[t.microsecond // 1000]}{site}{message}\n"
+
+    def site(self, key: tuple[Any, ...], level: Any, name: Any, function: Any, line: Any) -> str:
+        """`` | LEVEL    | name:function:line | `` of one level and call site, cached."""
+        assert self.middle is not None
+        if len(self.sites) >= _MAX_CACHED:
+            self.sites = {}
+        fields = {"level": level, "name": name, "function": function, "line": line}
+        site = self.sites[key] = self.middle.format_map(fields)
+        return site
+
+    def formatted(self, record: Any) -> str | None:
+        """The line as loguru's handler formats it (a record the pieces cannot make: a
+        patched field of another type); None when that fails too (counted)."""
+        try:
+            fields = record.copy()
+            fields["exception"] = ""
+            return str(self.handler._decolorized_format.format_map(fields))
+        except Exception as exc:  # loguru's format fails too: the line is lost, counted
+            losses.add(self.path, exc)
+            return None

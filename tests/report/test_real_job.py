@@ -42,8 +42,12 @@ def test_a_crash_then_a_restart(tmp_path: Path) -> None:
     write = phases[sc.SPAN_CKPT_SAVE_WRITE]
     assert (write.count, write.ranks) == (40, 4)  # 5 steps x 4 ranks x 2 cycles
     assert sc.SPAN_FTL_PYTHON_STARTUP in phases and sc.SPAN_FTL_PYTHON_IMPORTS in phases
-    slow = [s.rank for s in report.stragglers if s.phase == sc.SPAN_CKPT_SAVE_WRITE]
-    assert slow == [1]  # (other phases may have stragglers on a loaded machine)
+    # rank 1's writes take ten times the others': it is the write phase's worst straggler.
+    # (A loaded machine can stretch one 10 ms write of another rank past the threshold,
+    # which makes that rank a straggler too: the report is right to say so.)
+    slow = [s for s in report.stragglers if s.phase == sc.SPAN_CKPT_SAVE_WRITE]
+    assert slow and slow[0].rank == 1, slow
+    assert all(s.ratio < slow[0].ratio for s in slow[1:]), slow
     c0, c1 = report.cycles
     assert (c0.cycle, c0.ranks, c0.failed_ranks) == (0, 4, 1)
     assert (c1.cycle, c1.ranks, c1.failed_ranks) == (1, 4, 0)

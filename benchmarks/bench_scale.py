@@ -365,7 +365,7 @@ def _one_size(
             if any(p.poll() not in (None, 0) for p in workers):
                 errors.seek(0)
                 raise RuntimeError(f"an aggregator worker failed:\n{errors.read().decode()}")
-                time.sleep(POLL_S)
+            time.sleep(POLL_S)
         seconds = time.perf_counter() - start
         agent_cpu, gateway_cpu = agent.cpu_s() - agent_cpu0, gateway.cpu_s() - gateway_cpu0
         broker_cpu = kafka.broker.cpu_s() - broker_cpu0 if kafka else 0.0

@@ -73,6 +73,7 @@ RECORDS_PER_RANK = 3_000
 REPEATS = 3
 PATHS = ("direct", "kafka")
 POLL_S = 0.05  # how often the gateway's metrics are read while a size runs
+WARM_RECORDS = 8192  # one full gateway batch through agent and gateway before the clock
 IDLE_S = 2.0  # how long the idle tiers' CPU is measured before each size
 WORKERS = 2  # aggregator processes; with the agent and the gateway, 4 processes
 JOB = "bench"
@@ -251,20 +252,25 @@ def _metric(port: int, prefix: str) -> float:
     )
 
 
-def _warm_up(agent_http: int, gateway_metrics: int) -> int:
-    """Send one log record (no record key: not counted as one of the job's) through the
-    agent and wait until the gateway wrote it. Through Kafka the logs topic then exists and
-    the gateway's consumer has its partitions (it looks for a missing topic every few
-    seconds, which would otherwise count as throughput); on either path the agent's
-    connection to its next hop is made before the clock starts."""
-    body = {"resourceLogs": [{"scopeLogs": [{"logRecords": [{"body": {"stringValue": "warm"}}]}]}]}
-    requests.post(f"http://127.0.0.1:{agent_http}/v1/logs", json=body, timeout=10)
+def _warm_up(agent_http: int, gateway_metrics: int, records: int = 1) -> int:
+    """Send ``records`` log records (no record key: not counted as the job's) through the
+    agent and wait until the gateway wrote them; return how many. Through Kafka the logs
+    topic then exists and the gateway's consumer has its partitions (it looks for a missing
+    topic every few seconds, which would otherwise count as throughput); on either path the
+    agent's connection to its next hop is made before the clock starts."""
+    line = "warm-up " + "x" * 200
+    body = {
+        "resourceLogs": [
+            {"scopeLogs": [{"logRecords": [{"body": {"stringValue": line}}] * records}]}
+        ]
+    }
+    requests.post(f"http://127.0.0.1:{agent_http}/v1/logs", json=body, timeout=30)
     deadline = time.monotonic() + 60
-    while _metric(gateway_metrics, "otelcol_exporter_sent_log_records") < 1:
+    while _metric(gateway_metrics, "otelcol_exporter_sent_log_records") < records:
         if time.monotonic() > deadline:
-            raise RuntimeError("the warm-up record did not reach the gateway")
-        time.sleep(0.05)
-    return 1
+            raise RuntimeError("the warm-up records did not reach the gateway")
+        time.sleep(POLL_S)
+    return records
 
 
 def _idle_rates(
@@ -326,7 +332,7 @@ def _one_size(
     errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed below) the workers' stderr
     try:
         gateway, agent, gw, ag = start_collectors(binary, out, base / "agent-storage", kafka)
-        warm = _warm_up(ag["http"], gw["metrics"])
+        warm = _warm_up(ag["http"], gw["metrics"], WARM_RECORDS)
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "NVRX_"))}
         environ["PYTHONPATH"] = str(ROOT)
         for w in range(WORKERS):
@@ -399,6 +405,8 @@ def _one_size(
     loss = total - (len(keys) - unexpected)  # every found key is distinct and expected
     aggregator_cpu = sum(r["cpu_s"] for r in results)
     cpu = aggregator_cpu + agent_cpu + gateway_cpu + broker_cpu
+    busy = {"agent": agent_cpu, "gateway": gateway_cpu, "broker": broker_cpu}
+    net = {tier: busy[tier] - rate * seconds for tier, rate in idle.items()}
     shutil.rmtree(base)
     return {
         "kafka": kafka is not None,
@@ -418,6 +426,7 @@ def _one_size(
         **({"ns_per_record_broker": round(broker_cpu / total * 1e9)} if kafka else {}),
         **{f"idle_cpu_ms_per_s_{tier}": round(rate * 1e3, 1) for tier, rate in idle.items()},
         "ns_per_record_net": round((cpu - sum(idle.values()) * seconds) / total * 1e9),
+        **{f"ns_per_record_{tier}_net": round(c / total * 1e9) for tier, c in net.items()},
     }
 
 
@@ -452,6 +461,7 @@ def _combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
         elif key.startswith("idle_cpu"):
             combined[key] = round(_median([r[key] for r in runs]), 1)
     combined["ns_per_record_repeats"] = " ".join(str(r["ns_per_record"]) for r in runs)
+    combined["ns_per_record_net_repeats"] = " ".join(str(r["ns_per_record_net"]) for r in runs)
     return combined
 
 
@@ -459,12 +469,11 @@ def _flatness(sizes: list[dict[str, Any]]) -> dict[str, Any]:
     """max/min over the sizes of the (median) cost per record, in total and per tier."""
     out: dict[str, Any] = {}
     for key in sizes[0]:
-        if key.startswith("ns_per_record") and key != "ns_per_record_repeats":
+        if key.startswith("ns_per_record") and not key.endswith("_repeats"):
             values = [s[key] for s in sizes]
             out[f"{key}_max/min"] = round(max(values) / max(min(values), 1), 3)
-    out["ns_per_record_largest/smallest"] = round(
-        sizes[-1]["ns_per_record"] / sizes[0]["ns_per_record"], 3
-    )
+    for key in ("ns_per_record", "ns_per_record_net"):
+        out[f"{key}_largest/smallest"] = round(sizes[-1][key] / max(sizes[0][key], 1), 3)
     return out
 
 

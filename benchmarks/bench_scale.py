@@ -36,10 +36,10 @@ ones for every size): the aggregators' lazy imports (``_preload``), and ``WARM_R
 unkeyed records (one full gateway batch) through agent and gateway, which make the
 agent's connection, the Kafka topic and partitions, and the direct gateway's first full
 batch (measured 30-50 ms of gateway CPU more than the later ones, 1,400-2,300 ns a record
-over the 8-rank size's 24,000 when it fell inside the clock) before "go". What stays in it: everything that grows with the
-job, including each node's aggregator start and stop (one per 8 ranks). Resolution: the
-collectors' and the broker's CPU is read in 10 ms clock ticks, about 400 ns a record at 8
-ranks (24,000 records), 6 ns at 512.
+over the 8-rank size's 24,000 when it fell inside the clock) before "go". What stays in
+it: everything that grows with the job, including each node's aggregator start and stop
+(one per 8 ranks). Resolution: the collectors' and the broker's CPU is read in 10 ms
+clock ticks, 417 ns a record at 8 ranks (24,000 records), 7 ns at 512.
 
 Two paths, in one run: ``direct`` (agent → gateway over OTLP/gRPC) and ``kafka`` (the
 agent writes to a real Kafka broker, ``agent-kafka.yaml``; Apache Kafka 4 in KRaft mode,

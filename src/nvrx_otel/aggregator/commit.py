@@ -60,7 +60,9 @@ class Progress:
     def _new_merge(self) -> ChronoMerge | None:
         if not self.config.chrono:
             return None
-        return ChronoMerge(self.config.hold_window_ms * 1_000_000)
+        # the records themselves are held only for the record sinks that want them
+        keep = bool(self._out.sinks)
+        return ChronoMerge(self.config.hold_window_ms * 1_000_000, keep_records=keep)
 
     def _new_dedup(self) -> DedupWindow | None:
         if self.config.dedup_window_ms <= 0:

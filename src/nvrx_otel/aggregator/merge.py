@@ -103,9 +103,7 @@ class ChronoMerge:
     ``keep_records=False``: :meth:`add` must be given every chunk's texts, and the records
     are not kept (:attr:`Released.records` stays empty)."""
 
-    def __init__(
-        self, hold_ns: int, *, max_held: int = 200_000, keep_records: bool = True
-    ) -> None:
+    def __init__(self, hold_ns: int, *, max_held: int = 200_000, keep_records: bool = True) -> None:
         self.hold_ns = hold_ns
         self.max_held = max_held
         self.keep_records = keep_records

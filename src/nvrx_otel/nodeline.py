@@ -157,9 +157,12 @@ def source_file(path: str) -> str:
 
 def _file_of(record: dict[str, Any]) -> str:
     file = record.get("file")
-    if file is None:
+    if not file:  # absent, null or empty: the path's base name, as the fast paths take it
         path = record.get("path")
-        file = source_file(path) if isinstance(path, str) else "?"
+        if isinstance(path, str):
+            return source_file(path)
+        if file is None:
+            return "?"
     return str(file)
 
 

@@ -33,6 +33,8 @@ import os
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate, islice
+from operator import add
 from typing import Any, Final
 
 import orjson
@@ -265,7 +267,34 @@ def read_chunk(
     log_kind = rec.KIND_LOG
     shape: tuple[str, ...] = ()  # the keys of the last record checked, and its check
     check: Callable[[dict[str, Any]], bool] = _no_check
+    # The common case first: valid log records, in a loop that does nothing else. At the
+    # first line that is anything else (or raises) the full loop below takes over there.
+    taken = 0
+    if not records:
+        try:
+            for ln in lines:
+                d = loads(ln)
+                if d["k"] != log_kind:
+                    break
+                keys = tuple(d)
+                if keys != shape:  # (a call site's records share their keys, in one order)
+                    check = checks_get(keys) or check_of(keys)
+                    shape = keys
+                if d["v"] != version or not check(d):
+                    break
+                append(d)
+        except Exception:
+            pass
+        taken = len(records)
     pos = start
+    if taken:  # the offset after each line taken: the lengths before it, and the newlines
+        if ends is not None:
+            sums = accumulate(map(len, islice(lines, taken)), initial=start)
+            ends += map(add, islice(sums, 1, None), range(1, taken + 1))
+            pos = ends[-1]
+        else:
+            pos = start + sum(map(len, islice(lines, taken))) + taken
+        lines = lines[taken:]
     run = 0  # corrupt lines in the current run
     run_end = 0
     for ln in lines:

@@ -203,7 +203,7 @@ class Progress:
         self._ledgers.commit_begins()
         self._dirty = False  # what is written from now on is the next commit's
         self._last_commit = time.monotonic()
-        return _Pending(data, self._log.length, [(f, f.done) for f in tracked])
+        return _Pending(data, self._log.length, [(f, f.done) for f in self._spool.tracked])
 
     def _end_commit(self, pending: _Pending) -> None:
         """A commit is durable: it takes effect."""

@@ -9,7 +9,8 @@ its process starts (interpreter start-up and imports included) to:
   ``--en-chronological-ordering``;
 - ``otlp``: the last record acknowledged by an OTLP/HTTP receiver (another process that
   acknowledges each request on receipt, as a collector's receiver does, then decodes it
-  and counts its log records), node log and OTLP both on.
+  and counts its log records; HTTP/1.1, keeping the connection open between requests as
+  a collector does), node log and OTLP both on.
 
 Each case reports ``records_per_s`` (records over the wall time from just before the
 process starts), ``records_per_cpu_s`` (over the aggregator's CPU seconds, see below),
@@ -54,6 +55,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 total = 0
 counting = threading.Lock()  # requests of several connections are decoded side by side
 class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # connections kept open between requests, as a collector's
     def log_message(self, *a): pass
     def do_POST(self):
         global total

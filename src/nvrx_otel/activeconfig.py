@@ -264,7 +264,8 @@ def _otlp_source(e: Mapping[str, str], name: str, signal: str) -> str:
 
 
 def _otlp(e: Mapping[str, str], endpoint: str | None) -> list[ActiveSetting]:
-    from nvrx_otel.aggregator.otlp_transport import otlp_enabled, resolve
+    from nvrx_otel.aggregator.config import otlp_enabled
+    from nvrx_otel.aggregator.otlp_transport import resolve
 
     on = otlp_enabled(e, endpoint)
     if endpoint:

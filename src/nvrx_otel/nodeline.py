@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable
+from operator import itemgetter
 from typing import Any, Final
 
 from nvrx_otel.semconv import DEDUP_COUNT, DEDUP_RANKS
@@ -156,9 +157,12 @@ def source_file(path: str) -> str:
 
 def _file_of(record: dict[str, Any]) -> str:
     file = record.get("file")
-    if file is None:
+    if not file:  # absent, null or empty: the path's base name, as the fast paths take it
         path = record.get("path")
-        file = source_file(path) if isinstance(path, str) else "?"
+        if isinstance(path, str):
+            return source_file(path)
+        if file is None:
+            return "?"
     return str(file)
 
 
@@ -249,11 +253,18 @@ def format_clean_records(records: list[dict[str, Any]], node: str) -> str:
 
 def clean_record_texts(records: list[dict[str, Any]], node: str) -> list[str]:
     """:func:`record_texts` for records known to be clean (see
-    :func:`format_clean_records`)."""
+    :func:`format_clean_records`).
+
+    The middle of a line, ``[<LEVEL>] [<node>] [<ranks>] <file>:<line> ``, is made once per
+    call site (level, ranks, path and line, fetched by one ``itemgetter``) and looked up
+    for the other records of the site; a record without one of those fields, or with a
+    ``file``, has it made on its own."""
     out: list[str] = []
     append = out.append
     stamps = _STAMPS
-    blocks: dict[tuple[Any, Any, Any, Any], str] = {}
+    millis = _MILLIS
+    site_of = _SITE
+    sites: dict[tuple[Any, ...], str] = {}
     last_sec = -1
     stamp = ""
     try:
@@ -263,25 +274,37 @@ def clean_record_texts(records: list[dict[str, Any]], node: str) -> list[str]:
             if sec != last_sec:
                 stamp = stamps.get(sec) or _stamp(sec)
                 last_sec = sec
-            g = d.get
-            key = (g("rank"), g("lrank"), g("irank"), g("ilrank"))
-            block = blocks.get(key)
-            if block is None:
-                block = blocks[key] = _rank_block(node, *key)
             if "exc" in d:
                 raise _NotClean
-            file = d.get("file") or source_file(d["path"])
-            line = (
-                f"{stamp},{ts // _MS % 1000:03d} [{d['lvl']}] {block} {file}:{d['line']} {d['msg']}"
-            )
+            try:
+                site = site_of(d)
+            except KeyError:  # a field left out (an unknown rank): this record's own
+                site = None
+            if site is None or "file" in d:
+                g = d.get
+                block = _rank_block(node, g("rank"), g("lrank"), g("irank"), g("ilrank"))
+                file = d.get("file") or source_file(d["path"])
+                middle = f"[{d['lvl']}] {block} {file}:{d['line']} "
+            else:
+                made = sites.get(site)
+                if made is None:
+                    block = _rank_block(node, *site[1:5])
+                    made = sites[site] = f"[{site[0]}] {block} {source_file(site[5])}:{site[6]} "
+                middle = made
+            line = f"{stamp},{millis[ts // _MS % 1000]} {middle}{d['msg']}"
             if "trace_id" in d:
-                line = f"{line} [trace_id={d['trace_id']} span_id={g('span_id', '?')}]"
+                line = f"{line} [trace_id={d['trace_id']} span_id={d.get('span_id', '?')}]"
             if "attrs" in d:
                 line += repeat_note(d["attrs"])
             append(line)
     except Exception:  # an exception text, a missing or odd field: the careful path
         return record_texts(records, node)
     return out
+
+
+_SITE: Final = itemgetter("lvl", "rank", "lrank", "irank", "ilrank", "path", "line")
+"""A record's call site as the node log shows it (the file is the path's base name)."""
+_MILLIS: Final = tuple(f"{ms:03d}" for ms in range(1000))
 
 
 _DIRTY_MARKS: Final = (b"\\", b"\x7f", b"\xc2")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from nvrx_otel.aggregator.merge import ChronoMerge
 from nvrx_otel.aggregator.reader import Chunk, SpoolFile
 from nvrx_otel.spool.paths import SpoolFileName
@@ -75,3 +77,26 @@ def test_without_texts_for_every_block_none_are_released() -> None:
     merge.add(_chunk(b, [4]), ["one text too many", "for one record"])  # never: dropped
     out = merge.pop(None)
     assert [r["msg"] for r in out.records] == ["a1", "b2", "a3", "b4"] and out.texts is None
+
+
+def test_without_the_records_texts_and_the_last_timestamp_are_released() -> None:
+    merge = ChronoMerge(hold_ns=100, keep_records=False)
+    a, b = _file("a" * 16), _file("b" * 16)
+    for chunk in (_chunk(a, [10, 30, 50], reports={1: 4}), _chunk(b, [20, 40, 60])):
+        merge.add(chunk, _texts(chunk))
+    first = merge.pop(now_ns=145)  # keys <= 45, a part of each block
+    assert first.records == [] and first.count == 4 and first.last_ts == 40
+    assert first.texts == ["text of a10", "text of b20", "text of a30", "text of b40"]
+    by_file = {(p.file.name, p.count, p.weight, p.end) for p in first.pieces}
+    assert by_file == {(a.name, 2, 5, 20), (b.name, 2, 2, 20)}
+    rest = merge.pop(None)
+    assert rest.texts == ["text of a50", "text of b60"] and rest.last_ts == 60
+    assert merge.held == 0 and merge.pop(None).count == 0
+
+
+def test_records_not_kept_need_their_texts() -> None:
+    merge = ChronoMerge(hold_ns=0, keep_records=False)
+    f = _file("c" * 16)
+    with pytest.raises(ValueError):
+        merge.add(_chunk(f, [1, 2]))
+    assert merge.held == 0 and f.held == 0

@@ -216,6 +216,37 @@ def test_every_output_line_is_a_record_line_or_indented(batch: list[dict[str, An
         assert format_clean_records(batch, "node") == text
 
 
+_site_fields = {
+    "ts": st.integers(min_value=0, max_value=2**62),
+    "lvl": st.sampled_from(["INFO", "WARNING"]),
+    "path": st.sampled_from(["/w/train.py", "/w/data.py", "eval.py", "/w/", ""]),
+    "line": st.sampled_from([7, 45]),
+    "msg": st.text(alphabet="ab :[]\té", max_size=20) | _text,
+    "rank": st.sampled_from([0, 1, None]),
+    "lrank": st.sampled_from([0, 1]),
+    "irank": st.just(3),
+}
+_site_optional = {
+    "ilrank": st.just(1),  # left out: the record's middle is made on its own
+    "file": st.sampled_from(["given.py", ""]),
+    "trace_id": st.just("ab" * 16),
+}
+site_records = st.fixed_dictionaries(_site_fields, optional=_site_optional)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(site_records, min_size=1, max_size=12))
+def test_records_of_shared_call_sites_give_the_careful_paths_text(
+    batch: list[dict[str, Any]],
+) -> None:
+    """The fast path makes a call site's middle (level, ranks, file and line) once: records
+    sharing it, or without one of its fields, or with a ``file`` of their own, read as the
+    careful path writes them."""
+    text = "".join(format_record(r, "node") for r in batch)
+    if is_clean(b"".join(rec.encode(r) for r in batch)):
+        assert format_clean_records(batch, "node") == text
+
+
 # --- rotation ------------------------------------------------------------------------------
 
 

@@ -10,8 +10,9 @@ from typing import Any
 import orjson
 
 from nvrx_otel import record as rec
+from nvrx_otel.aggregator.reader import SpoolFile, read_chunk
 from nvrx_otel.aggregator.service import Aggregator
-from nvrx_otel.spool.paths import STATE_NAME
+from nvrx_otel.spool.paths import STATE_NAME, parse_name
 from tests.aggregator.spoolkit import (
     FakeWriter,
     config,
@@ -171,3 +172,67 @@ def test_empty_lines_and_spans_are_not_records_and_not_corrupt(tmp_path: Path) -
     assert captured[0]["msg"].startswith("corrupt 1 records")
     assert captured[1]["msg"] == "real"
     assert len(log_lines(log_path(tmp_path))) == 2
+
+
+def test_each_record_is_checked_by_the_check_of_its_own_keys(tmp_path: Path) -> None:
+    """The reader keeps the check of the last record's keys while the keys stay the same: a
+    record with one more field (of the wrong type) is checked by its own keys' check, and
+    the records after it by theirs again."""
+    w = FakeWriter(spool_dir(tmp_path))
+    w.log("first")
+    w.log("bad line", line="seven")  # the same keys, a field of the wrong type
+    w.log("bad flags", tf="x")  # one more field, of the wrong type
+    w.log("second")
+    w.log("flags", tf=1)
+    w.log("third")
+    w.close()
+    parts = parse_name(w.path.name)
+    assert parts is not None
+    fd = os.open(w.path, os.O_RDONLY)
+    try:
+        f = SpoolFile(name=w.path.name, parts=parts, fd=fd, ino=0)
+        chunk = read_chunk(f, final=True, limit=1 << 20, want_ends=False, now_ns=1)
+    finally:
+        os.close(fd)
+    assert chunk is not None and chunk.corrupt == 2
+    assert [r["msg"] for r in chunk.records if r["lg"] == "t"] == [
+        "first",
+        "second",
+        "flags",
+        "third",
+    ]
+
+
+def test_offsets_after_each_record_hold_across_a_drop_report_and_a_corrupt_line(
+    tmp_path: Path,
+) -> None:
+    """The reader takes a run of plain log records in a loop of its own and the rest (a
+    drop record, a corrupt line) in its full loop: the offset after each record it gives
+    (for the chronological merge) is the end of that record's line either way."""
+    w = FakeWriter(spool_dir(tmp_path))
+    start = w.path.stat().st_size  # after the header
+    w.log("a")
+    w.log("b")
+    w.drop(3, 1, 2)
+    w.log("c")
+    w.raw(b"not a record\n")
+    w.log("d")
+    w.close()
+    data = w.path.read_bytes()
+    line_ends = [i + 1 for i, byte in enumerate(data) if byte == ord("\n") and i >= start]
+    parts = parse_name(w.path.name)
+    assert parts is not None
+    fd = os.open(w.path, os.O_RDONLY)
+    try:
+        f = SpoolFile(name=w.path.name, parts=parts, fd=fd, ino=0)
+        f.offset = start
+        chunk = read_chunk(f, final=True, limit=1 << 20, want_ends=True, now_ns=1)
+    finally:
+        os.close(fd)
+    assert chunk is not None and chunk.dropped == 3 and chunk.corrupt == 1
+    msgs = [r["msg"] for r in chunk.records]
+    assert msgs[:3] == ["a", "b", msgs[2]] and msgs[2].startswith("dropped 3 records")
+    assert msgs[3] == "c" and msgs[4].startswith("corrupt 1 records") and msgs[5] == "d"
+    # the corrupt line's report ends where that line ends
+    assert chunk.ends == line_ends
+    assert chunk.end == len(data) == f.offset

@@ -2,12 +2,17 @@
 
 ``python -m nvrx_otel.logging.aggregator`` / ``nvrx-otel aggregate`` run it as a service;
 :class:`Aggregator` runs it in-process; :class:`NodeLogAggregator` is NVRx's API for that.
-Importing this package starts nothing.
+Importing this package starts nothing, and imports each name when first asked for (the
+service's process needs neither NVRx's API nor the spool writer it flushes).
 """
 
-from nvrx_otel.aggregator.compat import NodeLogAggregator
-from nvrx_otel.aggregator.nodelog import format_record
-from nvrx_otel.aggregator.service import Aggregator, AggregatorConfig, AggregatorError
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from nvrx_otel.aggregator.compat import NodeLogAggregator
+    from nvrx_otel.aggregator.nodelog import format_record
+    from nvrx_otel.aggregator.service import Aggregator, AggregatorConfig, AggregatorError
 
 __all__ = [
     "Aggregator",
@@ -16,3 +21,20 @@ __all__ = [
     "NodeLogAggregator",
     "format_record",
 ]
+
+_HOMES: Final = {
+    "Aggregator": "nvrx_otel.aggregator.service",
+    "AggregatorConfig": "nvrx_otel.aggregator.service",
+    "AggregatorError": "nvrx_otel.aggregator.service",
+    "NodeLogAggregator": "nvrx_otel.aggregator.compat",
+    "format_record": "nvrx_otel.aggregator.nodelog",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(home), name)
+    globals()[name] = value  # asked once
+    return value

@@ -11,7 +11,9 @@ done between commits so that a crash at any step is finished by the restart.
 
 from __future__ import annotations
 
+import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,7 +21,7 @@ from nvrx_otel.aggregator import state as st
 from nvrx_otel.aggregator.dedup import DedupWindow
 from nvrx_otel.aggregator.health import Health, plural, say
 from nvrx_otel.aggregator.ledger import DropLedgers
-from nvrx_otel.aggregator.lifecycle import AggregatorError, JobLock
+from nvrx_otel.aggregator.lifecycle import AggregatorError, JobLock, Waker
 from nvrx_otel.aggregator.merge import ChronoMerge
 from nvrx_otel.aggregator.nodelog import Backup, NodeLogFile, RotationPlan
 from nvrx_otel.aggregator.output import Output
@@ -28,6 +30,7 @@ from nvrx_otel.aggregator.spooldir import SpoolDir
 from nvrx_otel.spool.paths import SpoolPathError, check_dir, check_root
 
 if TYPE_CHECKING:
+    from nvrx_otel.aggregator.commit_thread import CommitThread
     from nvrx_otel.aggregator.config import AggregatorConfig
     from nvrx_otel.aggregator.otlp_files import FileView
     from nvrx_otel.aggregator.sinks import Sink
@@ -56,11 +59,15 @@ class Progress:
     _resume_error: str
     _last_commit: float
     _backlog_bytes: int
+    _waker: Waker
+    _committing: tuple[CommitThread, _Pending] | None  # a commit whose durable part runs
 
     def _new_merge(self) -> ChronoMerge | None:
         if not self.config.chrono:
             return None
-        return ChronoMerge(self.config.hold_window_ms * 1_000_000)
+        # the records themselves are held only for the record sinks that want them
+        keep = bool(self._out.sinks)
+        return ChronoMerge(self.config.hold_window_ms * 1_000_000, keep_records=keep)
 
     def _new_dedup(self) -> DedupWindow | None:
         if self.config.dedup_window_ms <= 0:
@@ -123,7 +130,56 @@ class Progress:
         self._commit()
 
     def _commit(self, rotating: RotationPlan | None = None) -> None:
+        """Commit now, on this thread (after the commit in progress, if any)."""
+        self._await_commit()
+        pending = self._begin_commit(rotating)
         self._log.sync()
+        self._state.write(pending.data)
+        self._end_commit(pending)
+
+    def _commit_soon(self) -> None:
+        """Begin a commit whose fsync and state write run on a thread of their own
+        (``commit_thread``): it takes effect in :meth:`_poll_commit` once durable."""
+        from nvrx_otel.aggregator.commit_thread import CommitThread
+
+        assert self._committing is None
+        pending = self._begin_commit(None)
+        fd = os.dup(self._log.fd)  # the loop may reopen or rotate the node log meanwhile
+        try:
+            thread = CommitThread(fd, pending.data, self._state, self._waker.wake)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._committing = (thread, pending)
+
+    def _poll_commit(self) -> bool:
+        """Let the commit in progress take effect if it is durable; True when one did.
+        Raises what it failed with (OSError: the loop resumes from the last commit)."""
+        if self._committing is None or not self._committing[0].done():
+            return False
+        self._await_commit()
+        return True
+
+    def _await_commit(self) -> None:
+        """Wait for the commit in progress (if any) and let it take effect."""
+        if self._committing is None:
+            return
+        thread, pending = self._committing
+        self._committing = None
+        error = thread.wait()
+        if error is not None:
+            raise error
+        self._end_commit(pending)
+
+    def _drop_commit(self) -> None:
+        """Wait for the commit in progress to end, whatever came of it (it takes no effect
+        here: a resume reads the state back from disk, and a close leaves it there)."""
+        if self._committing is not None:
+            self._committing[0].wait()
+            self._committing = None
+
+    def _begin_commit(self, rotating: RotationPlan | None) -> _Pending:
+        """What a commit commits, taken now: the state encoded, the positions it holds."""
         moved = self._log.follow()
         if moved is not None:
             say(
@@ -131,11 +187,8 @@ class Progress:
                 f"a file at its path again ({plural(moved, 'byte')} written since the last commit "
                 "carried over; what was committed before stays in the old file, if any)"
             )
-        files = {
-            f.name: st.FileProgress(f.ino, f.done, f.hdr_crc)
-            for f in self._spool.tracked
-            if not f.vanished
-        }
+        tracked = [f for f in self._spool.tracked if not f.vanished]
+        files = {f.name: st.FileProgress(f.ino, f.done, f.hdr_crc) for f in tracked}
         log = st.LogProgress(
             path=str(self.log_path),
             ino=self._log.ino,
@@ -147,16 +200,22 @@ class Progress:
         )
         sinks = {name: sink.state() for name, sink in self._sinks.items()}
         self._ensure_job_dir()
-        self._state.commit(st.State(files=files, log=log, totals=dict(self._totals), sinks=sinks))
-        self._log.committed = self._log.length
-        for f in self._spool.tracked:
-            f.committed = f.done
+        state = st.State(files=files, log=log, totals=dict(self._totals), sinks=sinks)
+        data = self._state.prepare(state)  # encoded: later changes are the next commit's
+        self._ledgers.commit_begins()
+        self._dirty = False  # what is written from now on is the next commit's
+        self._last_commit = time.monotonic()
+        return _Pending(data, self._log.length, [(f, f.done) for f in self._spool.tracked])
+
+    def _end_commit(self, pending: _Pending) -> None:
+        """A commit is durable: it takes effect."""
+        self._log.committed = pending.length
+        for f, done in pending.done:
+            f.committed = done
         self._ledgers.committed()
         for sink in self._sinks.values():
             sink.committed()
         self._backlog_bytes = self._spool.backlog()
-        self._dirty = False
-        self._last_commit = time.monotonic()
         if self._sinks:
             views = self._views()
             for sink in self._sinks.values():
@@ -234,6 +293,7 @@ class Progress:
     def _resume(self) -> bool:
         """After a write or commit error: forget everything since the last commit and
         recover as a restart would; False (and retried later) while that fails."""
+        self._drop_commit()
         self._spool.close()
         self._log.close()
         self._merge = self._new_merge()
@@ -252,6 +312,15 @@ class Progress:
         self._resume_error = ""
         self._broken = False
         return True
+
+
+@dataclass
+class _Pending:
+    """A commit begun: its encoded state, and what takes effect once it is durable."""
+
+    data: bytes
+    length: int  # the node log's committed length
+    done: list[tuple[SpoolFile, int]]  # each file's position up to which it is in the log
 
 
 def _read(f: SpoolFile, dedup: DedupWindow | None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,18 @@ if TYPE_CHECKING:
 
 DEFAULT_HOLD_WINDOW_MS: Final = env.HOLD_WINDOW_MS.default
 DEFAULT_STATUS_INTERVAL_S: Final = env.STATUS_INTERVAL_S.default
+OTLP_SIGNALS: Final = ("logs", "traces", "metrics")
+"""The signals whose OTLP endpoint variables (``OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT``) exist."""
+
+
+def otlp_enabled(environ: Mapping[str, str] | None = None, endpoint: str | None = None) -> bool:
+    """OTLP output is on with ``--otlp-endpoint`` or any OTLP endpoint variable set (told
+    here, apart from the transport, which a run without OTLP does not import)."""
+    e = os.environ if environ is None else environ
+    names = [env.OTEL_EXPORTER_OTLP_ENDPOINT] + [
+        env.OTEL_EXPORTER_OTLP_ENDPOINT.replace("OTLP_", f"OTLP_{s.upper()}_") for s in OTLP_SIGNALS
+    ]
+    return bool(endpoint) or any(e.get(n, "").strip() for n in names)
 
 
 @dataclass
@@ -64,10 +77,10 @@ class AggregatorConfig:
         sinks are made from these, and ``nvrx-otel doctor`` asks the same. ValueError naming
         the variable and its value for one the aggregator refuses to start with (an
         endpoint no request could reach: no scheme, another scheme, a bad port)."""
-        from nvrx_otel.aggregator.otlp_transport import otlp_enabled, resolve
-
         base = self.otlp_endpoint
         on = otlp_enabled(environ, base) if self.otlp_from_env else bool(base)
         if not on:
             return {}
+        from nvrx_otel.aggregator.otlp_transport import resolve
+
         return {s: resolve(s, base_endpoint=base, environ=environ) for s in ("logs", "traces")}

@@ -56,7 +56,8 @@ class DropLedgers:
 
     def __init__(self, job_dir: Path) -> None:
         self.dir = job_dir
-        self._after_commit: list[Path] = []
+        self._after_commit: list[Path] = []  # reported since the last commit began
+        self._committing: list[Path] = []  # reported before the commit in progress began
         self._waiting = 0  # ledgers left for later in the last pass (writer alive or unread)
         self._said: set[tuple[str, int]] = set()  # foreign entries said (name, inode)
 
@@ -79,16 +80,23 @@ class DropLedgers:
     def forget(self) -> None:
         """The node log was cut back to its last commit: reports since then are gone."""
         self._after_commit = []
+        self._committing = []
 
     def settled(self) -> bool:
         """No ledger was left waiting in the last pass (for the drain)."""
         return self._waiting == 0
 
-    def committed(self) -> None:
-        """Progress is committed: delete the ledgers whose reports it holds."""
-        for path in self._after_commit:
-            _unlink(path)
+    def commit_begins(self) -> None:
+        """A commit begins: the reports written so far are in what it commits."""
+        self._committing += self._after_commit
         self._after_commit = []
+
+    def committed(self) -> None:
+        """The commit that began last is durable: delete the ledgers whose reports it
+        holds (the ones reported since it began wait for the next)."""
+        for path in self._committing:
+            _unlink(path)
+        self._committing = []
 
     def settle(
         self, spool: SpoolDir, out: Output, log: NodeLogFile, health: Health, totals: dict[str, int]
@@ -111,7 +119,7 @@ class DropLedgers:
             if m is None:
                 continue
             path = self.dir / name
-            if path in self._after_commit:
+            if path in self._after_commit or path in self._committing:
                 continue
             writer = m["writer"]
             files = groups.get(writer, [])  # parked ones (no descriptor) too

@@ -13,7 +13,12 @@ Records wait as the blocks the reader made (one per chunk), not one tuple each: 
 is touched once when released, which is most of what the merge costs. A block may also
 carry its records' node-log texts, made while the chunk was just read (in the CPU's cache:
 formatting them when released, after the other writers' chunks were read, costs nearly
-twice as much); they are released in the same order as the records.
+twice as much); they are released in the same order as the records. When nothing needs the
+records once they are in the node log (``keep_records=False``: no record sink), a block
+keeps only their texts and timestamps: the records are freed as soon as they are read, as
+without the merge, instead of piling up for a cycle (a catch-up holds thousands at a time,
+and the memory they free at once goes back to the system, only to be faulted in again by
+the next cycle's).
 """
 
 from __future__ import annotations
@@ -31,7 +36,17 @@ class _Block:
     """The records of one chunk with their keys, end offsets and (when the chunk holds
     loss reports) the writer records each accounts for."""
 
-    __slots__ = ("clean", "collapsed", "ends", "file", "keys", "records", "texts", "weights")
+    __slots__ = (
+        "clean",
+        "collapsed",
+        "ends",
+        "file",
+        "keys",
+        "records",
+        "stamps",
+        "texts",
+        "weights",
+    )
 
     def __init__(
         self,
@@ -40,9 +55,12 @@ class _Block:
         ends: list[int],
         weights: list[int] | None,
         texts: list[str] | None = None,
+        stamps: list[int] | None = None,
     ) -> None:
         self.file = chunk.file
-        self.records = chunk.records
+        # without the records (None) the texts and the timestamps stand for them
+        self.records: list[dict[str, Any]] | None = chunk.records if stamps is None else None
+        self.stamps = stamps
         self.texts = texts
         self.keys = keys
         self.ends = ends
@@ -68,10 +86,12 @@ class Piece:
 class Released:
     """What one ``pop`` releases: records in key order and their pieces."""
 
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)  # empty when not kept
     pieces: list[Piece] = field(default_factory=list)
     clean: bool = True  # every piece from a clean chunk (nodelog.is_clean)
     texts: list[str] | None = None  # the records' node-log texts, when every block had them
+    count: int = 0  # records released
+    last_ts: int | None = None  # the last one's timestamp (``ts``; None when not an int)
 
 
 class _Queue:
@@ -88,19 +108,24 @@ class _Queue:
 class ChronoMerge:
     """Holds records until they are older than the window, then releases them in order.
 
-    At most ``max_held`` records (about 1 KiB of memory each) are held: beyond that all are
-    released at once, so a burst larger than the window can hold may be ordered only
-    within the part that was held."""
+    At most ``max_held`` records (about 1 KiB of memory each, a few hundred bytes without
+    the records) are held: beyond that all are released at once, so a burst larger than
+    the window can hold may be ordered only within the part that was held.
 
-    def __init__(self, hold_ns: int, *, max_held: int = 200_000) -> None:
+    ``keep_records=False``: :meth:`add` must be given every chunk's texts, and the records
+    are not kept (:attr:`Released.records` stays empty)."""
+
+    def __init__(self, hold_ns: int, *, max_held: int = 200_000, keep_records: bool = True) -> None:
         self.hold_ns = hold_ns
         self.max_held = max_held
+        self.keep_records = keep_records
         self.held = 0
         self._queues: dict[str, _Queue] = {}  # in the order writers were first seen
 
     def add(self, chunk: Chunk, texts: list[str] | None = None) -> None:
         """Queue a chunk's records (and their node-log ``texts``, one per record, when
-        given) behind the earlier ones of the same writer."""
+        given) behind the earlier ones of the same writer. ValueError without them when
+        the records are not kept."""
         records = chunk.records
         if not records:
             return
@@ -128,7 +153,13 @@ class ChronoMerge:
             weights[-1] += chunk.collapsed  # records collapsed into others (dedup.py)
         if texts is not None and len(texts) != len(records):
             texts = None  # (never: one text per record) released without, formatted then
-        queue.blocks.append(_Block(chunk, keys, ends, weights, texts))
+        if self.keep_records:
+            block = _Block(chunk, keys, ends, weights, texts)
+        elif texts is None:
+            raise ValueError("records that are not kept need one node-log text each")
+        else:
+            block = _Block(chunk, keys, ends, weights, texts, stamps)
+        queue.blocks.append(block)
         f.held += len(records)
         self.held += len(records)
 
@@ -142,11 +173,12 @@ class ChronoMerge:
         everything = now_ns is None or self.held > self.max_held
         cutoff = 0 if now_ns is None else now_ns - self.hold_ns
         keys: list[int] = []
-        records = out.records
+        records: list[dict[str, Any]] | None = None if not self.keep_records else out.records
+        stamps: list[int] = []  # the records' timestamps, when not kept
         texts: list[str] | None = []
         queues = 0
         for queue in self._queues.values():
-            taken = len(records)
+            taken = len(keys)
             blocks = queue.blocks
             while blocks:
                 block = blocks[0]
@@ -156,12 +188,13 @@ class ChronoMerge:
                 if hi > lo:
                     out.pieces.append(_piece(block, lo, hi))
                     out.clean = out.clean and block.clean
-                    if lo == 0 and hi == n:
-                        keys += block.keys
-                        records += block.records
-                    else:
-                        keys += block.keys[lo:hi]
-                        records += block.records[lo:hi]
+                    whole = lo == 0 and hi == n
+                    keys += block.keys if whole else block.keys[lo:hi]
+                    if block.records is not None:
+                        assert records is not None  # (kept: every block has them)
+                        records += block.records if whole else block.records[lo:hi]
+                    elif block.stamps is not None:
+                        stamps += block.stamps if whole else block.stamps[lo:hi]
                     if block.texts is None:
                         texts = None
                     elif texts is not None:
@@ -171,14 +204,21 @@ class ChronoMerge:
                     break  # the rest of this writer's records are newer
                 blocks.popleft()
                 queue.pos = 0
-            queues += len(records) > taken
-        self.held -= len(records)
+            queues += len(keys) > taken
+        count = out.count = len(keys)
+        self.held -= count
+        last = count - 1
         if queues > 1:  # each writer's part is in order already; a stable sort keeps it
-            order = sorted(range(len(keys)), key=keys.__getitem__)
-            out.records = [records[i] for i in order]
+            order = sorted(range(count), key=keys.__getitem__)
+            last = order[-1]
+            if records:
+                out.records = [records[i] for i in order]
             if texts is not None:
                 texts = [texts[i] for i in order]
         out.texts = texts
+        if count:
+            ts = out.records[-1].get("ts") if records else stamps[last] if stamps else None
+            out.last_ts = ts if type(ts) is int else None
         return out
 
     def oldest_ts(self) -> int | None:

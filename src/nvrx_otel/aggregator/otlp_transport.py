@@ -36,7 +36,6 @@ from nvrx_otel.otlptls import (
     tls_files,
 )
 
-SIGNALS: Final = ("logs", "traces", "metrics")
 _RETRY_HTTP: Final = frozenset({408, 429, 500, 502, 503, 504})
 _DENIED_HTTP: Final = frozenset({401, 403})
 _TLS_PORT_ANSWERS: Final = (
@@ -145,15 +144,6 @@ def _get_named(environ: Mapping[str, str], name: str, signal: str) -> tuple[str,
     specific = environ.get(specific_name)
     used, value = (specific_name, specific) if specific else (name, environ.get(name))
     return used, (value.strip() if value and value.strip() else None)
-
-
-def otlp_enabled(environ: Mapping[str, str] | None = None, endpoint: str | None = None) -> bool:
-    """OTLP output is on with ``--otlp-endpoint`` or any OTLP endpoint variable set."""
-    e = os.environ if environ is None else environ
-    names = [env.OTEL_EXPORTER_OTLP_ENDPOINT] + [
-        env.OTEL_EXPORTER_OTLP_ENDPOINT.replace("OTLP_", f"OTLP_{s.upper()}_") for s in SIGNALS
-    ]
-    return bool(endpoint) or any(e.get(n, "").strip() for n in names)
 
 
 def resolve(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from nvrx_otel.aggregator.health import Health, plural, say
 from nvrx_otel.aggregator.merge import Released
@@ -21,6 +21,9 @@ from nvrx_otel.aggregator.nodelog import (
 from nvrx_otel.aggregator.reader import Chunk, SpoolFile
 from nvrx_otel.aggregator.reports import loss_report
 from nvrx_otel.semconv import DropReasonValues
+
+WRITE_PART: Final = 512
+"""Record texts joined and written to the node log at a time (about a chunk's)."""
 
 RecordSink = Callable[[list[dict[str, Any]]], None]
 """Receives every batch of records right after it is in the node log (the OTLP sink's door)."""
@@ -76,8 +79,10 @@ class Output:
 
     def released(self, released: Released) -> None:
         """Write records released by the chronological merge and advance each file's
-        ``done`` to the last of its records written (to all it read when none is held)."""
-        if not released.records:
+        ``done`` to the last of its records written (to all it read when none is held).
+        Released without the records (the merge keeps none when no record sink wants
+        them), their texts stand for them."""
+        if not released.count:
             return
         acct: dict[SpoolFile, list[int]] = {}  # weight, first ts, last ts, last end, count
         for p in released.pieces:
@@ -90,12 +95,14 @@ class Output:
             a[2] = max(a[2], p.last)
             a[3] = p.end  # a file's pieces come in file order
             a[4] += p.count
-        self.write(
-            released.records,
-            [(f.writer, f.identity.get("rank"), f.pid, a[0], a[1], a[2]) for f, a in acct.items()],
-            clean=released.clean,
-            texts=released.texts,
-        )
+        accounting = [
+            (f.writer, f.identity.get("rank"), f.pid, a[0], a[1], a[2]) for f, a in acct.items()
+        ]
+        if released.records:
+            self.write(released.records, accounting, clean=released.clean, texts=released.texts)
+        else:
+            assert released.texts is not None and not self.sinks  # (the merge's contract)
+            self._write_texts(released.texts, accounting, released.count, released.last_ts)
         self._collapsed(sum(p.collapsed for p in released.pieces))
         for f, a in acct.items():
             f.held -= a[4]
@@ -127,24 +134,48 @@ class Output:
         """Append records to the node log (OSError if it cannot be), then hand them to the
         sinks. ``texts``: the records' node-log texts (:meth:`texts`), made already."""
         if texts is not None:
-            text = "\n".join(texts) + "\n" if texts else ""
-        else:
-            text = (format_clean_records if clean else format_records)(records, self.node)
+            if not self.rotation_held and self.log.needs_rotation():
+                self.rotate()
+            self._put(texts)
+            self._account(records, acct)
+            return
+        text = (format_clean_records if clean else format_records)(records, self.node)
         data = text.encode("utf-8", "replace")
         if not self.rotation_held and self.log.needs_rotation():
             self.rotate()
         self.log.write(data)
         self._account(records, acct)
 
-    def _account(self, records: list[dict[str, Any]], acct: Iterable[Accounting]) -> None:
+    def _write_texts(
+        self, texts: list[str], acct: Iterable[Accounting], count: int, last_ts: int | None
+    ) -> None:
+        """:meth:`write` of records no sink wants, by their texts alone."""
+        if not self.rotation_held and self.log.needs_rotation():
+            self.rotate()
+        self._put(texts)
+        self._count(acct, count, last_ts)
+
+    def _put(self, texts: list[str]) -> None:
+        """Append record texts to the node log, each ended by a newline, a part at a time:
+        the merge releases a whole cycle's records at once, and buffers that large would
+        each be fresh memory from the system (faulted in page by page) and given back."""
+        write = self.log.write
+        for at in range(0, len(texts), WRITE_PART):
+            part = texts[at : at + WRITE_PART]
+            part.append("")  # the last text's newline
+            write("\n".join(part).encode("utf-8", "replace"))
+
+    def _count(self, acct: Iterable[Accounting], written: int, last_ts: Any) -> None:
         stats = self.log.stats
         for writer, rank, pid, count, first, last in acct:
             add_stats(stats, writer, rank, pid, count, first, last)
-        self.health.written += len(records)
-        self.totals["written"] += len(records)
-        ts = records[-1].get("ts")
-        if isinstance(ts, int):
-            self.health.last_ts = ts
+        self.health.written += written
+        self.totals["written"] += written
+        if isinstance(last_ts, int):
+            self.health.last_ts = last_ts
+
+    def _account(self, records: list[dict[str, Any]], acct: Iterable[Accounting]) -> None:
+        self._count(acct, len(records), records[-1].get("ts"))
         for sink in self.sinks:
             try:
                 sink(records)

@@ -31,7 +31,10 @@ from __future__ import annotations
 import fcntl
 import os
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate, islice
+from operator import add
 from typing import Any, Final
 
 import orjson
@@ -261,7 +264,37 @@ def read_chunk(
     loads = orjson.loads
     decode = rec.decode
     version = rec.SCHEMA_VERSION
+    log_kind = rec.KIND_LOG
+    shape: tuple[str, ...] = ()  # the keys of the last record checked, and its check
+    check: Callable[[dict[str, Any]], bool] = _no_check
+    # The common case first: valid log records, in a loop that does nothing else. At the
+    # first line that is anything else (or raises) the full loop below takes over there.
+    taken = 0
+    if not records:
+        try:
+            for ln in lines:
+                d = loads(ln)
+                if d["k"] != log_kind:
+                    break
+                keys = tuple(d)
+                if keys != shape:  # (a call site's records share their keys, in one order)
+                    check = checks_get(keys) or check_of(keys)
+                    shape = keys
+                if d["v"] != version or not check(d):
+                    break
+                append(d)
+        except Exception:
+            pass
+        taken = len(records)
     pos = start
+    if taken:  # the offset after each line taken: the lengths before it, and the newlines
+        if ends is not None:
+            sums = accumulate(map(len, islice(lines, taken)), initial=start)
+            ends += map(add, islice(sums, 1, None), range(1, taken + 1))
+            pos = ends[-1]
+        else:
+            pos = start + sum(map(len, islice(lines, taken))) + taken
+        lines = lines[taken:]
     run = 0  # corrupt lines in the current run
     run_end = 0
     for ln in lines:
@@ -270,7 +303,11 @@ def read_chunk(
         try:
             d = loads(ln)
             kind = d["k"]
-            if d["v"] != version or not (checks_get(tuple(d)) or check_of(tuple(d)))(d):
+            keys = tuple(d)
+            if keys != shape:  # (a call site's records share their keys, in one order)
+                check = checks_get(keys) or check_of(keys)
+                shape = keys
+            if d["v"] != version or not check(d):
                 raise ValueError
         except Exception:
             if not ln:
@@ -287,7 +324,7 @@ def read_chunk(
         if run:
             _report_corrupt(chunk, run, run_end, _ts_of(d, f), now_ns, d)
             run = 0
-        if kind == rec.KIND_LOG:
+        if kind == log_kind:
             append(d)
             if ends is not None:
                 ends.append(pos)
@@ -332,6 +369,10 @@ def read_chunk(
 
 
 _SPAN_KINDS: Final = frozenset({rec.KIND_SPAN_START, rec.KIND_SPAN_END})
+
+
+def _no_check(d: dict[str, Any]) -> bool:
+    return False  # (never called: the first record's keys differ from the empty shape)
 
 
 def _ts_of(d: dict[str, Any], f: SpoolFile) -> int:

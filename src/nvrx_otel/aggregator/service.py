@@ -118,6 +118,7 @@ class Aggregator(Progress):
         self._thread: threading.Thread | None = None
         self._dirty = False
         self._last_commit = 0.0
+        self._committing = None
         self._broken = False
         self._cycles = 0
 
@@ -224,6 +225,7 @@ class Aggregator(Progress):
         return self._health_metrics.metrics
 
     def _close(self) -> None:
+        self._drop_commit()  # its fsync and state write end before the lock is let go
         self._fifo.stop()
         self._health_metrics.stop(self._deadline)
         for sink in self._sinks.values():
@@ -377,15 +379,17 @@ class Aggregator(Progress):
         ):
             self._dirty = True
         self._dirty = self._dirty or any(sink.dirty for sink in self._sinks.values())
+        if self._poll_commit():  # the last commit is durable now: what it consumed goes
+            self._delete_consumed()
         if not self._dirty:  # files become final with time alone: delete them all the same
             self._delete_consumed()
         # Caught up: commit, unless this cycle wrote records and the last commit is recent
-        # (cycles come every ACTIVE_POLL_S while ranks log: each commit costs fsyncs)
+        # (cycles come every ACTIVE_POLL_S while ranks log: each commit costs fsyncs). The
+        # fsyncs run on a thread of their own while the loop reads on; one commit at a time.
         quiet = self.health.written == written or self.stop_reason is not None
         due = time.monotonic() - self._last_commit >= COMMIT_EVERY_S
-        if self._dirty and (due or (not backlog and quiet)):
-            self._commit()
-            self._delete_consumed()
+        if self._dirty and self._committing is None and (due or (not backlog and quiet)):
+            self._commit_soon()
         elif self._sinks:  # finality and liveness change with time alone
             views = self._views()
             for sink in self._sinks.values():

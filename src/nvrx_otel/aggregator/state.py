@@ -302,7 +302,11 @@ def commit(job_dir: Path, state: State, fallback: Path | None = None) -> OSError
     """Replace the state file atomically and durably; when that fails, the ``fallback``
     file instead. Returns None when the job directory has it, else why it could not (the
     fallback has it); raises OSError when neither could be written."""
-    data = encode(state)
+    return commit_data(job_dir, encode(state), fallback)
+
+
+def commit_data(job_dir: Path, data: bytes, fallback: Path | None = None) -> OSError | None:
+    """:func:`commit` of an encoded state."""
     try:
         _replace(state_path(job_dir), data)
     except OSError as exc:
@@ -367,9 +371,18 @@ class StateStore:
 
     def commit(self, state: State) -> None:
         """Commit ``state`` under the next number (OSError when it cannot be anywhere)."""
+        self.write(self.prepare(state))
+
+    def prepare(self, state: State) -> bytes:
+        """``state`` under the next number, encoded: nothing that changes after this call
+        changes what :meth:`write` (possibly on another thread) commits."""
         self.seq += 1
         state.seq = self.seq
-        error = commit(self.job_dir, state, self.fallback)
+        return encode(state)
+
+    def write(self, data: bytes) -> None:
+        """Commit a state :meth:`prepare` made (OSError when it cannot be anywhere)."""
+        error = commit_data(self.job_dir, data, self.fallback)
         message = "" if error is None else str(error)
         if message and not self._error:
             say(

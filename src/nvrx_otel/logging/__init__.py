@@ -1,19 +1,23 @@
-"""Rank-aware logging front ends: NVRx's stdlib API, the spool handler, LogFlow's loguru API."""
+"""Rank-aware logging front ends: NVRx's stdlib API, the spool handler, LogFlow's loguru API.
 
-from typing import TYPE_CHECKING, Any
+Every name is imported when first asked for: ``python -m nvrx_otel.logging.aggregator``
+(the aggregator's NVRx entry point) goes through this package and needs none of them.
+"""
 
-from nvrx_otel.logging.config import LogConfig
-from nvrx_otel.logging.handler import SpoolHandler
-from nvrx_otel.logging.setup import LogManager, setup_logger
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from nvrx_otel.aggregator.compat import NodeLogAggregator
+    from nvrx_otel.logging.config import LogConfig
+    from nvrx_otel.logging.handler import SpoolHandler
     from nvrx_otel.logging.logflow import (
         configure_logging,
         get_logger,
         reset_logging,
         shutdown_logging,
     )
+    from nvrx_otel.logging.setup import LogManager, setup_logger
 
 __all__ = [
     "LogConfig",
@@ -27,16 +31,25 @@ __all__ = [
     "shutdown_logging",
 ]
 
-_LOGFLOW = frozenset({"configure_logging", "get_logger", "reset_logging", "shutdown_logging"})
+_HOMES: Final = {
+    "LogConfig": "nvrx_otel.logging.config",
+    "SpoolHandler": "nvrx_otel.logging.handler",
+    "LogManager": "nvrx_otel.logging.setup",
+    "setup_logger": "nvrx_otel.logging.setup",
+    # the aggregator is imported only by those who run one
+    "NodeLogAggregator": "nvrx_otel.aggregator.compat",
+    # the loguru front end: loguru is imported by those who use it
+    "configure_logging": "nvrx_otel.logging.logflow",
+    "get_logger": "nvrx_otel.logging.logflow",
+    "reset_logging": "nvrx_otel.logging.logflow",
+    "shutdown_logging": "nvrx_otel.logging.logflow",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "NodeLogAggregator":  # the aggregator is imported only by those who run one
-        from nvrx_otel.aggregator.compat import NodeLogAggregator
-
-        return NodeLogAggregator
-    if name in _LOGFLOW:  # the loguru front end: loguru is imported by those who use it
-        from nvrx_otel.logging import logflow
-
-        return getattr(logflow, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(home), name)
+    globals()[name] = value  # asked once
+    return value

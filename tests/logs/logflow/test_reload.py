@@ -66,12 +66,14 @@ def test_no_record_lost_or_doubled_across_switches(tmp_path: Path) -> None:
     log = get_logger("t")
     stop = threading.Event()
     counts = {}
+    progress = [0, 0]  # each writer's iterations so far
     def writer(n):
         i = 0
         while not stop.is_set():
             log.info("w{} {}", n, i)
             log.debug("d{} {}", n, i)
             i += 1
+            progress[n] = i
         counts[n] = i
     threads = [threading.Thread(target=writer, args=(n,)) for n in range(2)]
     for t in threads:
@@ -80,6 +82,10 @@ def test_no_record_lost_or_doubled_across_switches(tmp_path: Path) -> None:
         before = configure._state.applied_levels
         os.kill(os.getpid(), signal.SIGHUP)
         while configure._state.applied_levels is before:
+            pass
+        # both writers log whole iterations under each setting before the next switch
+        mark = list(progress)
+        while any(p < m + 2 for p, m in zip(progress, mark)):
             pass
     stop.set()
     for t in threads:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from loguru import logger
 
 from nvrx_otel.logging.logflow import configure_logging, get_logger
@@ -65,3 +66,57 @@ def test_equal_but_differently_typed_site_fields_are_not_one_cached_piece(
     for name in ("t", Loud("t")):
         log.patch(lambda r, name=name: r.update(name=name, line=8)).info("str subclass")
     _same_bytes_as(reference)
+
+
+T = "{time:YYYY-MM-DD HH:mm:ss.SSS}"
+
+
+def _text_file_beside_loguru(tmp_path: Path, fmt: str) -> tuple[TextFile, Path, Path]:
+    """A ``TextFile`` taking over its handler for ``fmt``, and loguru's file sink with the
+    same format: (the sink, its path, loguru's path)."""
+    ours, theirs = tmp_path / "ours.log", tmp_path / "theirs.log"
+    sink = TextFile(ours, fmt)
+    hid = logger.add(sink, format=fmt, level="TRACE", colorize=False)
+    sink.take_over(logger._core.handlers[hid])  # type: ignore[attr-defined]
+    logger.add(str(theirs), format=fmt, level="TRACE", colorize=False, encoding="utf-8")
+    return sink, ours, theirs
+
+
+@pytest.mark.parametrize(
+    ("fmt", "fast"),
+    [
+        (T + " | {level: <8} | {name}:{function}:{line} | {message}", True),
+        (T + "|{level:>9}|{name}:{function}:{line}|{message}", True),
+        (T + " {level:^12.3} {line:05d} {function:.4} {name!r} {{x}} % {message}", True),
+        (T + " | {level: <{line}} | {message}", True),
+        (T + " | {level!r} | {message}", False),
+        (T + " | {level!s} | {message}", False),
+        (T + " | {level.icon} | {message}", False),
+        (T + " | {level.no} | {message}", False),
+        (T + " | <green>{level}</green> | {message}", False),
+        ("{time:YYYY-MM-DD HH:mm:ss.SSS!UTC} | {level} | {message}", False),
+        ("{time:YYYY-MM-DD HH:mm:ss.SSSS} | {level} | {message}", False),
+        (T + " | {level} | {message} |", False),
+        (T + " | {level} | {extra} {message}", False),
+    ],
+)
+def test_a_format_slightly_other_than_logflows_writes_loguru_bytes(
+    tmp_path: Path, fmt: str, fast: bool
+) -> None:
+    """Formats near LogFlow's: taken over where the pieces can make them, else left to
+    loguru; either way loguru's bytes, also after a level's icon and colour changed."""
+    try:
+        logger.level("ATTACK", no=23, icon="a", color="<red>")
+    except ValueError:  # loguru's levels are global: added by the first run only
+        pass
+    logger.remove()
+    sink, ours, theirs = _text_file_beside_loguru(tmp_path, fmt)
+    assert (sink.handler is not None) == fast
+    for i in range(3):
+        logger.log("ATTACK", "custom {}", i)
+        logger.info("info {}", i)
+        logger.level("ATTACK", icon=str(i), color="<blue>" if i % 2 else "<green>")
+    logger.remove()
+    assert sink.closed
+    assert ours.read_bytes() == theirs.read_bytes()
+    assert ours.read_bytes().count(b"\n") == 6

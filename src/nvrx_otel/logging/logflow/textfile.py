@@ -33,6 +33,7 @@ from typing import Any, Final
 
 import loguru._datetime
 import loguru._handler
+import loguru._recattrs
 
 from nvrx_otel.logging.logflow.runfilewriter import losses, safe_text
 
@@ -44,6 +45,7 @@ _MAX_CACHED: Final = 4096
 _FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 _MS: Final = tuple(f"{ms:03d}" for ms in range(1000))
 _LoguruDatetime: Any = loguru._datetime.datetime
+_RecordLevel: Any = loguru._recattrs.RecordLevel
 _EMIT_ARGS: Final = ("self", "record", "level_id", "from_decorator", "is_raw", "colored_message")
 
 
@@ -55,11 +57,13 @@ def _middle_format(fmt: str) -> str | None:
         return None
     middle = fmt[len(TIME_FIELD) : -len(_MESSAGE_FIELD)]
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(middle) if f is not None]
+        fields = [(f, c) for _, f, _, c in string.Formatter().parse(middle) if f is not None]
     except ValueError:
         return None
-    if not set(fields) <= _SITE_FIELDS:
+    if not {f for f, _ in fields} <= _SITE_FIELDS:
         return None
+    if any(f == "level" and c is not None for f, c in fields):
+        return None  # repr(level) shows its icon, which logger.level() may change: not cached
     return middle
 
 
@@ -67,16 +71,6 @@ def _emit_matches() -> bool:
     """Whether loguru's ``Handler.emit`` takes the arguments :meth:`TextFile.emit` takes."""
     code = getattr(getattr(loguru._handler.Handler, "emit", None), "__code__", None)
     return code is not None and code.co_varnames[: len(_EMIT_ARGS)] == _EMIT_ARGS
-
-
-class _ProbeLevel:
-    """Stands for loguru's level in :meth:`TextFile.agrees`."""
-
-    name = "SUCCESS"
-    no = 25
-
-    def __format__(self, spec: str) -> str:
-        return self.name.__format__(spec)
 
 
 class TextFile:
@@ -129,7 +123,7 @@ class TextFile:
         zone = timezone(timedelta(hours=-3, minutes=-30), "probe")
         record = {
             "time": _LoguruDatetime(2031, 2, 3, 4, 5, 6, 789012, tzinfo=zone),
-            "level": _ProbeLevel(),
+            "level": _RecordLevel("SUCCESS", 25, "\u2705"),
             "name": "pkg.mod",
             "function": "fn",
             "line": 42,
@@ -223,6 +217,15 @@ class TextFile:
         name = record["name"]
         function = record["function"]
         line = record["line"]
+        # The pieces are keyed by value: 1, 1.0 and True are one key, so only the types
+        # loguru gives are cached (a patcher's others are formatted by ``formatted``).
+        if (
+            line.__class__ is not int
+            or function.__class__ is not str
+            or (name.__class__ is not str and name is not None)
+            or level.__class__ is not _RecordLevel
+        ):
+            raise TypeError("a call-site field of a type the pieces are not keyed by")
         site_key = (level.name, name, function, line)
         site = self.sites.get(site_key)
         if site is None:

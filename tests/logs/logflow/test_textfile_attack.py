@@ -6,15 +6,17 @@ written; threads and forked children at once; removing, re-adding and reconfigur
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from loguru import logger
 
-from nvrx_otel.logging.logflow import configure_logging, get_logger
+from nvrx_otel.logging.logflow import configure_logging, get_logger, textfile
 from nvrx_otel.logging.logflow.configure import current_run_file, shutdown_logging
 from nvrx_otel.logging.logflow.textfile import TextFile
+from tests.logs.logflow.kit import messages
 
 
 def _run_file_handler() -> Any:
@@ -120,3 +122,57 @@ def test_a_format_slightly_other_than_logflows_writes_loguru_bytes(
     assert sink.closed
     assert ours.read_bytes() == theirs.read_bytes()
     assert ours.read_bytes().count(b"\n") == 6
+
+
+class _HeldWrite:
+    """``os`` for :mod:`.textfile` whose ``write`` of a line holding ``b"victim"`` waits
+    (inside the write, as a slow disk or a descheduled thread would) until released."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def write(self, fd: int, data: bytes) -> int:
+        if b"victim" in data:
+            self.entered.set()
+            self.release.wait(60)
+        return os.write(fd, data)
+
+
+def test_removing_the_handler_while_a_line_is_written_never_sends_it_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """loguru's sink writes under its handler's lock, which ``remove`` takes: a line being
+    written when the handler is removed lands in the run file, never in a file opened
+    after the removal on the descriptor number the run file's close freed."""
+    configure_logging(script_name="run", console_level="CRITICAL")
+    handler = _run_file_handler()
+    hid = next(i for i, h in logger._core.handlers.items() if h is handler)  # type: ignore[attr-defined]
+    held = _HeldWrite()
+    monkeypatch.setattr(textfile, "os", held)
+    log = get_logger("x")
+    writer = threading.Thread(target=log.info, args=("victim",))
+    writer.start()
+    assert held.entered.wait(60)
+    other = tmp_path / "other.log"
+    removed = threading.Event()
+
+    def remove_then_open() -> None:
+        logger.remove(hid)
+        fd = os.open(other, os.O_WRONLY | os.O_CREAT | os.O_APPEND)  # the lowest free number
+        removed.set()
+        writer.join(60)
+        os.close(fd)
+
+    remover = threading.Thread(target=remove_then_open)
+    remover.start()
+    removed.wait(2)  # with loguru's lock, removing waits for the write: not set
+    held.release.set()
+    writer.join(60)
+    remover.join(60)
+    shutdown_logging()
+    assert not other.exists() or b"victim" not in other.read_bytes()
+    assert messages(tmp_path / "logs" / "run.log") == ["victim"]

@@ -6,7 +6,10 @@ written; threads and forked children at once; removing, re-adding and reconfigur
 from __future__ import annotations
 
 import os
+import signal
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,11 @@ def _same_bytes_as(reference: Path) -> None:
     assert ours == theirs
 
 
+def _setting(**fields: Any) -> Callable[[Any], None]:
+    """A patcher setting ``fields`` of the record."""
+    return lambda record: record.update(fields)
+
+
 def test_equal_but_differently_typed_site_fields_are_not_one_cached_piece(
     tmp_path: Path,
 ) -> None:
@@ -56,17 +64,18 @@ def test_equal_but_differently_typed_site_fields_are_not_one_cached_piece(
     call site must not reuse the piece another type made."""
     reference = _configure_with_reference(tmp_path)
     log = get_logger("t")
-    for line in (1.0, True, 1):
-        log.patch(lambda r, line=line: r.update(line=line)).info("line {!r}", line)
-    for name in (1, 1.0, True):
-        log.patch(lambda r, name=name: r.update(name=name, line=7)).info("name {!r}", name)
+    odd: list[Any] = [1.0, True, 1]
+    for line in odd:
+        log.patch(_setting(line=line)).info("line {!r}", line)
+    for name in odd:
+        log.patch(_setting(name=name, line=7)).info("name {!r}", name)
 
     class Loud(str):
         def __format__(self, spec: str) -> str:
             return "loud:" + str.__format__(self, spec)
 
-    for name in ("t", Loud("t")):
-        log.patch(lambda r, name=name: r.update(name=name, line=8)).info("str subclass")
+    for site in ("t", Loud("t")):
+        log.patch(_setting(name=site, line=8)).info("str subclass")
     _same_bytes_as(reference)
 
 
@@ -176,3 +185,36 @@ def test_removing_the_handler_while_a_line_is_written_never_sends_it_elsewhere(
     shutdown_logging()
     assert not other.exists() or b"victim" not in other.read_bytes()
     assert messages(tmp_path / "logs" / "run.log") == ["victim"]
+
+
+def test_a_child_forked_while_a_thread_writes_a_line_can_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock around a line is held by a thread that does not exist in a forked child:
+    the child gets a new one and logs (no hang), whole lines beside the parent's."""
+    configure_logging(script_name="run", console_level="CRITICAL")
+    held = _HeldWrite()
+    monkeypatch.setattr(textfile, "os", held)
+    log = get_logger("x")
+    writer = threading.Thread(target=log.info, args=("victim",))
+    writer.start()
+    assert held.entered.wait(60)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            log.info("from the child")
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    held.release.set()
+    writer.join(60)
+    shutdown_logging()
+    assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0, "the child hung"
+    assert sorted(messages(tmp_path / "logs" / "run.log")) == ["from the child", "victim"]

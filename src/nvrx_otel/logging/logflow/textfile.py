@@ -6,16 +6,19 @@ time through loguru's own datetime formatter), then writes it under its lock thr
 line-buffered text file: about half the cost of a plain loguru call. The run file's
 handler stays loguru's — its level, its filter (the spool bridge, module levels), its id —
 but :meth:`TextFile.emit` takes the place of its ``emit``: after the level and the filter,
-the line is the wall-clock second (made once a second), then `` | LEVEL    | name:fn:line
-| `` (once per level and call site), the message, ``\\n``; one ``os.write`` on an
-``O_APPEND`` descriptor. These are the bytes loguru's file sink writes for the same
-record: the pieces are made by ``format_map`` over the same fields, the second from the
-same ``datetime`` fields loguru's ``YYYY-MM-DD HH:mm:ss.SSS`` reads, and the handler is
-taken over only when its line for a sample record is the one loguru's format makes.
-``opt(raw=True)`` (a bare message) and exceptions (loguru formats the traceback) go
-through loguru's own ``emit`` to :meth:`TextFile.write`, the same descriptor; a record
-whose fields a patcher gave other types is formatted by ``format_map`` over the record, as
-loguru's handler does.
+the line is the wall-clock second (made once a second), then
+`` | LEVEL    | name:fn:line | `` (once per level and call site), the message, ``\\n``;
+one ``os.write`` on an
+``O_APPEND`` descriptor, under the file's own (reentrant, renewed in a forked child) lock,
+which removing the handler takes before it closes the descriptor. These are the bytes
+loguru's file sink writes for the same record: the pieces are made by ``format_map`` over
+the same fields, the second from the same ``datetime`` fields loguru's
+``YYYY-MM-DD HH:mm:ss.SSS`` reads, and the handler is taken over only when its line for a
+sample record
+is the one loguru's format makes. ``opt(raw=True)`` (a bare message) and exceptions
+(loguru formats the traceback) go through loguru's own ``emit`` to :meth:`TextFile.write`,
+the same descriptor; a record whose fields a patcher gave other types is formatted by
+``format_map`` over the record, as loguru's handler does.
 
 A line that cannot be written (disk full, file size limit) is counted and said once
 (:data:`~.runfilewriter.losses`), never a traceback per line. As with loguru's file sink,
@@ -27,6 +30,8 @@ from __future__ import annotations
 
 import os
 import string
+import threading
+import weakref
 from datetime import timedelta, timezone
 from pathlib import Path
 from typing import Any, Final
@@ -73,6 +78,18 @@ def _emit_matches() -> bool:
     return code is not None and code.co_varnames[: len(_EMIT_ARGS)] == _EMIT_ARGS
 
 
+_OPEN: weakref.WeakSet[TextFile] = weakref.WeakSet()
+
+
+def _new_locks_in_child() -> None:
+    """A forked child's copy of a lock another thread held is held for ever: new ones."""
+    for text_file in list(_OPEN):
+        text_file.lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_new_locks_in_child)
+
+
 class TextFile:
     """The run file as a loguru sink object (``write``/``stop``, ``name`` for loguru's
     repr) and, once :meth:`take_over` succeeded, its handler's ``emit``."""
@@ -87,6 +104,11 @@ class TextFile:
         self.middle = _middle_format(fmt)
         self.fd = os.open(path, _FLAGS, 0o666)
         self.closed = False
+        # Held around each line :meth:`emit` writes and by :meth:`stop`, so the descriptor
+        # is never closed under a line (whose number a file opened next would reuse), as
+        # loguru's handler lock does for its own writes. Reentrant: a signal handler may log.
+        self.lock = threading.RLock()
+        _OPEN.add(self)
         self.sites: dict[tuple[Any, ...], str] = {}
         self.clock: tuple[tuple[int, ...], str] = ((), "")
         self.levelno = 0
@@ -144,13 +166,15 @@ class TextFile:
 
     def stop(self) -> None:
         """The handler was removed: close the descriptor."""
-        if not self.closed:
+        with self.lock:
+            if self.closed:
+                return
             self.closed = True
             fd, self.fd = self.fd, -1
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
     def append(self, data: bytes) -> None:
         fd = self.fd
@@ -200,7 +224,8 @@ class TextFile:
             data = text.encode()
         except UnicodeEncodeError:  # lone surrogates (undecodable file names): escaped
             data = text.encode("utf-8", "backslashreplace")
-        self.append(data)
+        with self.lock:
+            self.append(data)
 
     def line(self, record: Any, level: Any) -> str:
         """The run-file line of a record without exception, from the cached pieces; raises

@@ -5,6 +5,7 @@ written; threads and forked children at once; removing, re-adding and reconfigur
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import threading
@@ -19,7 +20,7 @@ from loguru import logger
 from nvrx_otel.logging.logflow import configure_logging, get_logger, textfile
 from nvrx_otel.logging.logflow.configure import current_run_file, shutdown_logging
 from nvrx_otel.logging.logflow.textfile import TextFile
-from tests.logs.logflow.kit import messages
+from tests.logs.logflow.kit import messages, run_script
 
 
 def _run_file_handler() -> Any:
@@ -218,3 +219,163 @@ def test_a_child_forked_while_a_thread_writes_a_line_can_log(
     shutdown_logging()
     assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0, "the child hung"
     assert sorted(messages(tmp_path / "logs" / "run.log")) == ["from the child", "victim"]
+
+
+def _every_edge(log: Any) -> None:
+    """Calls at the edges of what the pieces are made of: the time, the level, the call
+    site, the message, and loguru's options."""
+    for us in (0, 999, 1000, 999_999):
+        log.patch(_setting_time(microsecond=us)).info("microsecond {}", us)
+    log.patch(_setting_time(second=59, microsecond=999_999)).info("end of a minute")
+    log.patch(_setting_time(year=5, month=1, day=1, hour=0, minute=0, second=0)).info("year 5")
+    odd = datetime.timezone(datetime.timedelta(hours=5, minutes=45, seconds=30))
+    log.patch(lambda r: r.update(time=r["time"].astimezone(odd))).info("an odd offset")
+    log.log(3, "a level number only")
+    log.log(60, "a level number above CRITICAL")
+    for icon in ("a", "b"):
+        log.log("ATTACK", "custom level, icon {}", icon)
+        logger.level("ATTACK", icon=icon, color="<magenta>")
+    (lambda: log.info("in a lambda"))()
+
+    for fn in ("first", "second", "<lambda>"):  # one name, one line, other functions
+        code = f"def {fn if fn[0] != '<' else 'x'}(): log.info('same line')"
+        scope: dict[str, Any] = {"log": log, "__name__": "one.module"}
+        exec(code.replace("def x()", "x = lambda"), scope)  # line 1 of each
+        scope["x" if fn[0] == "<" else fn]()
+    exec("log.info('exec, no __name__')", {"log": log})
+    odd_module = compile("log.info('a <module> named <odd>')", "<x>.py", "exec")
+    exec(odd_module, {"log": log, "__name__": "<odd>"})
+    eval("log.info('eval')", {"log": log, "__name__": "m{0}%s\u00e9"})
+    log.patch(_setting(function="f{x}%s\u00e9\udcff")).info("a function named with braces")
+    for message in ("{} {x} {{", "%s %d %", "lone \ud800 \udcff", "nul \x00 cr \r cr", "", "é中"):
+        log.opt(raw=False).info(message)
+    log.info("x" * 70_000)  # > 64 KiB
+    log.info("y" * 1_100_000)  # > the largest pipe
+    log.opt(depth=1).info("depth 1")
+    log.opt(lazy=True).info("lazy {}", lambda: 7)
+    log.opt(colors=True).info("<red>coloured</red> {}", "<b>")
+    log.opt(record=True).info("record {record[function]}")
+    log.bind(key="v").info("bound")
+    with logger.contextualize(ctx=1):
+        log.info("contextualized")
+    try:
+        raise ValueError("é \udcff {x}")
+    except ValueError:
+        log.exception("logger.exception")
+    log.opt(exception=KeyError("k")).error("opt(exception=...)")
+    log.opt(raw=True).info("raw {}\n", 1)
+
+
+def _setting_time(**fields: int) -> Callable[[Any], None]:
+    """A patcher changing the record's time (loguru's datetime kept)."""
+    return lambda record: record.update(time=record["time"].replace(**fields))
+
+
+def test_edges_of_time_level_site_and_message_are_loguru_bytes(tmp_path: Path) -> None:
+    try:
+        logger.level("ATTACK", no=23, icon="a", color="<red>")
+    except ValueError:  # loguru's levels are global: added by the first run only
+        pass
+    reference = _configure_with_reference(tmp_path)
+    _every_edge(get_logger("edge"))
+    _same_bytes_as(reference)
+
+
+ZONES = """
+    import sys, time
+    from loguru import logger
+    from loguru._datetime import datetime as loguru_datetime
+    from nvrx_otel.logging.logflow import configure_logging, get_logger, shutdown_logging
+    configure_logging(script_name="run", file_level="TRACE", console_level="CRITICAL")
+    (handler,) = [h for h in logger._core.handlers.values() if hasattr(h._sink, "_stream")
+                  and type(h._sink._stream).__name__ == "TextFile"]
+    assert handler.emit == handler._sink._stream.emit
+    fmt = handler._decolorized_format[: -len("\\n{exception}")]
+    logger.add("reference.log", format=fmt, level="TRACE", colorize=False, encoding="utf-8")
+    log = get_logger("zone")
+    # around the 2024 DST changes of Europe and of Lord Howe (a 30-minute step), the epoch
+    for ts in (1711846799.9995, 1711846800.0, 1729990799.999999, 1729990800.0,
+               1712415599.9999, 1712415600.0, 0.0, -0.001):
+        t = loguru_datetime.fromtimestamp(ts).astimezone()
+        log.patch(lambda r, t=t: r.update(time=t)).info("at {}", ts)
+    end = time.monotonic() + 1.2  # the wall clock crosses a second at least once
+    while time.monotonic() < end:
+        log.info("now")
+    shutdown_logging()
+"""
+
+
+@pytest.mark.parametrize("zone", ["Europe/London", "Australia/Lord_Howe", "XXX-5:30:15"])
+def test_local_time_in_other_zones_is_loguru_bytes(tmp_path: Path, zone: str) -> None:
+    proc = run_script(tmp_path, "run", ZONES, TZ=zone)
+    assert proc.returncode == 0, proc.stderr
+    ours = (tmp_path / "logs" / "run.log").read_bytes()
+    assert ours == (tmp_path / "reference.log").read_bytes()
+    assert ours.count(b"\n") > 8
+
+
+FORKS_AND_THREADS = """
+    import os, threading
+    from nvrx_otel.logging.logflow import configure_logging, get_logger, shutdown_logging
+    configure_logging(script_name="run", console_level="CRITICAL")
+    log = get_logger("t")
+
+    def burst(tag):
+        for j in range(60):
+            log.info("{} {} {}", tag, j, "z" * (j * 7919 % 150_000))
+
+    children = []
+    for c in range(3):
+        pid = os.fork()
+        if pid == 0:
+            threads = [threading.Thread(target=burst, args=(f"c{c}t{k}",)) for k in range(2)]
+            [t.start() for t in threads]
+            [t.join() for t in threads]
+            os._exit(0)
+        children.append(pid)
+    threads = [threading.Thread(target=burst, args=(f"p{k}",)) for k in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    for pid in children:
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    shutdown_logging()
+"""
+
+
+def test_forked_children_and_threads_write_whole_lines_of_any_length(tmp_path: Path) -> None:
+    """Lines up to 150 KB (beyond a pipe's size) from 8 writers in 4 processes at once:
+    every line whole, none lost."""
+    proc = run_script(tmp_path, "run", FORKS_AND_THREADS)
+    assert proc.returncode == 0, proc.stderr
+    got = messages(tmp_path / "logs" / "run.log")
+    tags = [f"c{c}t{k}" for c in range(3) for k in range(2)] + ["p0", "p1"]
+    want = [f"{tag} {j} {'z' * (j * 7919 % 150_000)}" for tag in tags for j in range(60)]
+    assert len(got) == len(want) and sorted(got) == sorted(want)
+
+
+FILE_SIZE_LIMIT = """
+    import resource
+    from nvrx_otel.logging.logflow import configure_logging, get_logger, shutdown_logging
+    configure_logging(script_name="run", console_level="CRITICAL")
+    log = get_logger("t")
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))
+    log.info("a" * 70_000)  # written
+    log.info("b" * 70_000)  # cut by the limit: torn, counted
+    log.opt(raw=True).info("raw\\n")  # loguru's path: counted
+    try:
+        1 / 0
+    except ZeroDivisionError:
+        log.exception("caught")  # loguru's path: counted
+    for i in range(5):
+        log.info("small {}", i)
+    shutdown_logging()
+"""
+
+
+def test_lines_cut_or_refused_by_a_file_size_limit_are_all_counted(tmp_path: Path) -> None:
+    proc = run_script(tmp_path, "run", FILE_SIZE_LIMIT)
+    assert proc.returncode == 0, proc.stderr
+    assert "8 run-file line(s) could not be written (EFBIG: 8)" in proc.stderr, proc.stderr
+    assert proc.stderr.count("cannot write the run file") == 1
+    assert "Traceback" not in proc.stderr
+    assert (tmp_path / "logs" / "run.log").stat().st_size == 100_000

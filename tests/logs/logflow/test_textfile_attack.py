@@ -379,3 +379,33 @@ def test_lines_cut_or_refused_by_a_file_size_limit_are_all_counted(tmp_path: Pat
     assert proc.stderr.count("cannot write the run file") == 1
     assert "Traceback" not in proc.stderr
     assert (tmp_path / "logs" / "run.log").stat().st_size == 100_000
+
+
+LIMIT_LIFTED = """
+    import resource
+    from nvrx_otel.logging.logflow import configure_logging, get_logger, shutdown_logging
+    configure_logging(script_name="run", console_level="CRITICAL")
+    log = get_logger("t")
+    log.info("first")
+    resource.setrlimit(resource.RLIMIT_FSIZE, (3000, resource.RLIM_INFINITY))
+    log.info("b" * 5000)  # cut: torn
+    log.info("refused")
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)  # space again
+    log.info("after the limit lifted")
+    log.opt(raw=True).info("raw after\\n")
+    log.info("last")
+    shutdown_logging()
+"""
+
+
+def test_a_line_after_a_torn_one_starts_a_line_of_its_own(tmp_path: Path) -> None:
+    """A write cut short leaves a fragment without its newline; the next line written once
+    the file takes bytes again must not be glued onto it (unreadable, and not counted)."""
+    proc = run_script(tmp_path, "run", LIMIT_LIFTED)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 run-file line(s) could not be written (EFBIG: 2)" in proc.stderr, proc.stderr
+    path = tmp_path / "logs" / "run.log"
+    assert messages(path) == ["first", "after the limit lifted", "last"]
+    lines = path.read_bytes().split(b"\n")
+    assert lines[1].endswith(b" | " + b"b" * 100) and len(lines[1]) < 3000  # the fragment
+    assert b"raw after" in lines

@@ -108,6 +108,7 @@ class TextFile:
         # is never closed under a line (whose number a file opened next would reuse), as
         # loguru's handler lock does for its own writes. Reentrant: a signal handler may log.
         self.lock = threading.RLock()
+        self.torn = False  # a write was cut short: the file ends inside a line
         _OPEN.add(self)
         self.sites: dict[tuple[Any, ...], str] = {}
         self.clock: tuple[tuple[int, ...], str] = ((), "")
@@ -162,7 +163,9 @@ class TextFile:
 
     def write(self, message: Any) -> None:
         """A line loguru formatted (the records :meth:`emit` leaves to it)."""
-        self.append(safe_text(str(message)))
+        data = safe_text(str(message))
+        with self.lock:
+            self.append(data)
 
     def stop(self) -> None:
         """The handler was removed: close the descriptor."""
@@ -177,15 +180,23 @@ class TextFile:
             pass
 
     def append(self, data: bytes) -> None:
+        """Write ``data`` (under :attr:`lock` or loguru's handler lock, which :meth:`stop`
+        holds too); a line cut short is ended before the next one, which starts its own."""
         fd = self.fd
         if fd < 0:
             return
+        torn = self.torn
+        if torn:
+            data = b"\n" + data
+            self.torn = False
+        size = len(data)
         try:
             written = os.write(fd, data)
             while written < len(data):  # a short write (file size limit, signal)
                 data = data[written:]
                 written = os.write(fd, data)
         except Exception as exc:  # disk full or gone: the spool still has the record
+            self.torn = torn or len(data) < size  # a fragment without its newline is left
             losses.add(self.path, exc)
 
     # -- the handler's emit -------------------------------------------------------------------

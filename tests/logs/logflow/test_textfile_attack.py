@@ -410,3 +410,29 @@ def test_a_line_after_a_torn_one_starts_a_line_of_its_own(tmp_path: Path) -> Non
     lines = path.read_bytes().split(b"\n")
     assert lines[1].endswith(b"b" * 100) and len(lines[1]) < 3000  # the fragment
     assert b"raw after" in lines
+
+
+def test_a_filter_that_raises_is_called_once_per_record_as_by_loguru(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """loguru's handler calls its filter once and reports what it raises; the fast path
+    must not call it a second time (a filter's side effects, such as spooling, doubled)."""
+    calls = {"ours": 0, "loguru": 0}
+
+    def raising(key: str) -> Callable[[Any], bool]:
+        def filter_(record: Any) -> bool:
+            calls[key] += 1
+            raise RuntimeError("filter fails")
+
+        return filter_
+
+    logger.remove()
+    fmt = T + " | {level: <8} | {name}:{function}:{line} | {message}"
+    sink = TextFile(tmp_path / "ours.log", fmt)
+    hid = logger.add(sink, format=fmt, filter=raising("ours"), colorize=False)
+    assert sink.take_over(logger._core.handlers[hid])  # type: ignore[attr-defined]
+    logger.add(str(tmp_path / "theirs.log"), format=fmt, filter=raising("loguru"))
+    logger.info("judged by a failing filter")
+    logger.remove()
+    assert calls == {"ours": 1, "loguru": 1}
+    assert capfd.readouterr().err.count("RuntimeError: filter fails") == 2

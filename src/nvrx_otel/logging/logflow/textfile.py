@@ -114,6 +114,7 @@ class TextFile:
         self.clock: tuple[tuple[int, ...], str] = ((), "")
         self.levelno = 0
         self.filter: Any = None
+        self.errors: Any = None  # loguru's handler's error interceptor
         self.loguru_emit: Any = None
         self.handler: Any = None
 
@@ -131,6 +132,9 @@ class TextFile:
                 return False
             self.levelno = int(handler._levelno)
             self.filter = handler._filter
+            self.errors = handler._error_interceptor
+            if not callable(self.errors.should_catch) or not callable(self.errors.print):
+                return False
             self.loguru_emit = handler.emit
             if not self.agrees(handler._decolorized_format):
                 return False
@@ -221,8 +225,11 @@ class TextFile:
             try:
                 if not filter_(record):
                     return
-            except Exception:  # loguru's emit calls it again and reports the error its way
-                self.loguru_emit(record, level_id, from_decorator, is_raw, colored_message)
+            except Exception:  # reported as loguru's emit does (not called a second time)
+                errors = self.errors
+                if not errors.should_catch():
+                    raise
+                errors.print(record)
                 return
         text: str | None
         try:

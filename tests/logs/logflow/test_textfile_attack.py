@@ -436,3 +436,55 @@ def test_a_filter_that_raises_is_called_once_per_record_as_by_loguru(
     logger.remove()
     assert calls == {"ours": 1, "loguru": 1}
     assert capfd.readouterr().err.count("RuntimeError: filter fails") == 2
+
+
+def test_removing_every_handler_then_reconfiguring_leaves_one_open_run_file(
+    tmp_path: Path,
+) -> None:
+    configure_logging(script_name="run", console_level="CRITICAL")
+    log = get_logger("x")
+    log.info("one")
+    first = _run_file_handler()._sink._stream
+    logger.remove()  # the user's own call: every handler gone, ours closed
+    assert first.closed and first.fd == -1
+    log.info("while removed")
+    configure_logging(script_name="run", console_level="CRITICAL", force=True)
+    second = _run_file_handler()._sink._stream
+    assert second is not first and second.handler is not None  # the fast path again
+    log.info("two")
+    configure_logging(script_name="run", console_level="CRITICAL", force=True)
+    assert second.closed
+    log.info("three")
+    shutdown_logging()
+    assert messages(tmp_path / "logs" / "run.log") == ["one", "two", "three"]
+
+
+RELOAD = """
+    import os, signal, time
+    from pathlib import Path
+    from loguru import logger
+    from nvrx_otel.logging.logflow import configure_logging, get_logger, shutdown_logging
+    from nvrx_otel.logging.logflow.configure import _state
+    config = Path("logflow.yaml")
+    config.write_text("file_level: DEBUG\\nreload_signal: SIGHUP\\nreload_action: reload\\n")
+    configure_logging(script_name="run", console_level="CRITICAL")
+    fast = [h for h in logger._core.handlers.values() if hasattr(h._sink, "_stream")
+            and h.emit == getattr(h._sink._stream, "emit", None)]
+    assert len(fast) == 1, "the fast path is not in place"
+    log = get_logger("t")
+    log.debug("debug before")
+    config.write_text("file_level: WARNING\\nreload_signal: SIGHUP\\nreload_action: reload\\n")
+    os.kill(os.getpid(), signal.SIGHUP)
+    deadline = time.monotonic() + 60
+    while _state.applied_levels.file_level != "WARNING" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    log.debug("debug after")
+    log.warning("warning after")
+    shutdown_logging()
+"""
+
+
+def test_a_reload_changes_what_the_fast_path_writes(tmp_path: Path) -> None:
+    proc = run_script(tmp_path, "run", RELOAD)
+    assert proc.returncode == 0, proc.stderr
+    assert messages(tmp_path / "logs" / "run.log") == ["debug before", "warning after"]

@@ -488,3 +488,31 @@ def test_a_reload_changes_what_the_fast_path_writes(tmp_path: Path) -> None:
     proc = run_script(tmp_path, "run", RELOAD)
     assert proc.returncode == 0, proc.stderr
     assert messages(tmp_path / "logs" / "run.log") == ["debug before", "warning after"]
+
+
+def test_a_signal_handler_that_logs_while_a_line_is_written_does_not_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock around a line is reentrant: a handler running between two bytecodes of the
+    write logs its own whole line (loguru's own sink would report a deadlock avoided)."""
+    configure_logging(script_name="run", console_level="CRITICAL")
+    log = get_logger("x")
+
+    class SignalInWrite:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(os, name)
+
+        def write(self, fd: int, data: bytes) -> int:
+            if b"interrupted" in data:
+                signal.raise_signal(signal.SIGUSR2)  # its handler runs before the write
+            return os.write(fd, data)
+
+    previous = signal.signal(signal.SIGUSR2, lambda *_: log.info("from the signal handler"))
+    monkeypatch.setattr(textfile, "os", SignalInWrite())
+    try:
+        log.info("interrupted")
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    shutdown_logging()
+    got = messages(tmp_path / "logs" / "run.log")
+    assert got == ["from the signal handler", "interrupted"]

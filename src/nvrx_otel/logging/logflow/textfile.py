@@ -167,9 +167,9 @@ class TextFile:
 
     def write(self, message: Any) -> None:
         """A line loguru formatted (the records :meth:`emit` leaves to it)."""
-        data = safe_text(str(message))
-        with self.lock:
-            self.append(data)
+        # Under loguru's handler lock (as stop() is), not this file's: a thread holding
+        # this one may wait for loguru's (a signal handler logging an exception).
+        self.append(safe_text(str(message)))
 
     def stop(self) -> None:
         """The handler was removed: close the descriptor."""
@@ -184,8 +184,8 @@ class TextFile:
             pass
 
     def append(self, data: bytes) -> None:
-        """Write ``data`` (under :attr:`lock` or loguru's handler lock, which :meth:`stop`
-        holds too); a line cut short is ended before the next one, which starts its own."""
+        """Write ``data`` (under :attr:`lock` or loguru's handler lock, both of which
+        :meth:`stop` holds); a line cut short is ended before the next one."""
         fd = self.fd
         if fd < 0:
             return

@@ -6,16 +6,19 @@ time through loguru's own datetime formatter), then writes it under its lock thr
 line-buffered text file: about half the cost of a plain loguru call. The run file's
 handler stays loguru's — its level, its filter (the spool bridge, module levels), its id —
 but :meth:`TextFile.emit` takes the place of its ``emit``: after the level and the filter,
-the line is the wall-clock second (made once a second), then `` | LEVEL    | name:fn:line
-| `` (once per level and call site), the message, ``\\n``; one ``os.write`` on an
-``O_APPEND`` descriptor. These are the bytes loguru's file sink writes for the same
-record: the pieces are made by ``format_map`` over the same fields, the second from the
-same ``datetime`` fields loguru's ``YYYY-MM-DD HH:mm:ss.SSS`` reads, and the handler is
-taken over only when its line for a sample record is the one loguru's format makes.
-``opt(raw=True)`` (a bare message) and exceptions (loguru formats the traceback) go
-through loguru's own ``emit`` to :meth:`TextFile.write`, the same descriptor; a record
-whose fields a patcher gave other types is formatted by ``format_map`` over the record, as
-loguru's handler does.
+the line is the wall-clock second (made once a second), then
+`` | LEVEL    | name:fn:line | `` (once per level and call site), the message, ``\\n``;
+one ``os.write`` on an
+``O_APPEND`` descriptor, under the file's own (reentrant, renewed in a forked child) lock,
+which removing the handler takes before it closes the descriptor. These are the bytes
+loguru's file sink writes for the same record: the pieces are made by ``format_map`` over
+the same fields, the second from the same ``datetime`` fields loguru's
+``YYYY-MM-DD HH:mm:ss.SSS`` reads, and the handler is taken over only when its line for a
+sample record
+is the one loguru's format makes. ``opt(raw=True)`` (a bare message) and exceptions
+(loguru formats the traceback) go through loguru's own ``emit`` to :meth:`TextFile.write`,
+the same descriptor; a record whose fields a patcher gave other types is formatted by
+``format_map`` over the record, as loguru's handler does.
 
 A line that cannot be written (disk full, file size limit) is counted and said once
 (:data:`~.runfilewriter.losses`), never a traceback per line. As with loguru's file sink,
@@ -27,12 +30,15 @@ from __future__ import annotations
 
 import os
 import string
+import threading
+import weakref
 from datetime import timedelta, timezone
 from pathlib import Path
 from typing import Any, Final
 
 import loguru._datetime
 import loguru._handler
+import loguru._recattrs
 
 from nvrx_otel.logging.logflow.runfilewriter import losses, safe_text
 
@@ -44,6 +50,7 @@ _MAX_CACHED: Final = 4096
 _FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 _MS: Final = tuple(f"{ms:03d}" for ms in range(1000))
 _LoguruDatetime: Any = loguru._datetime.datetime
+_RecordLevel: Any = loguru._recattrs.RecordLevel
 _EMIT_ARGS: Final = ("self", "record", "level_id", "from_decorator", "is_raw", "colored_message")
 
 
@@ -55,11 +62,13 @@ def _middle_format(fmt: str) -> str | None:
         return None
     middle = fmt[len(TIME_FIELD) : -len(_MESSAGE_FIELD)]
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(middle) if f is not None]
+        fields = [(f, c) for _, f, _, c in string.Formatter().parse(middle) if f is not None]
     except ValueError:
         return None
-    if not set(fields) <= _SITE_FIELDS:
+    if not {f for f, _ in fields} <= _SITE_FIELDS:
         return None
+    if any(f == "level" and c is not None for f, c in fields):
+        return None  # repr(level) shows its icon, which logger.level() may change: not cached
     return middle
 
 
@@ -69,14 +78,16 @@ def _emit_matches() -> bool:
     return code is not None and code.co_varnames[: len(_EMIT_ARGS)] == _EMIT_ARGS
 
 
-class _ProbeLevel:
-    """Stands for loguru's level in :meth:`TextFile.agrees`."""
+_OPEN: weakref.WeakSet[TextFile] = weakref.WeakSet()
 
-    name = "SUCCESS"
-    no = 25
 
-    def __format__(self, spec: str) -> str:
-        return self.name.__format__(spec)
+def _new_locks_in_child() -> None:
+    """A forked child's copy of a lock another thread held is held for ever: new ones."""
+    for text_file in list(_OPEN):
+        text_file.lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_new_locks_in_child)
 
 
 class TextFile:
@@ -93,10 +104,17 @@ class TextFile:
         self.middle = _middle_format(fmt)
         self.fd = os.open(path, _FLAGS, 0o666)
         self.closed = False
+        # Held around each line :meth:`emit` writes and by :meth:`stop`, so the descriptor
+        # is never closed under a line (whose number a file opened next would reuse), as
+        # loguru's handler lock does for its own writes. Reentrant: a signal handler may log.
+        self.lock = threading.RLock()
+        self.torn = False  # a write was cut short: the file ends inside a line
+        _OPEN.add(self)
         self.sites: dict[tuple[Any, ...], str] = {}
         self.clock: tuple[tuple[int, ...], str] = ((), "")
         self.levelno = 0
         self.filter: Any = None
+        self.errors: Any = None  # loguru's handler's error interceptor
         self.loguru_emit: Any = None
         self.handler: Any = None
 
@@ -114,6 +132,9 @@ class TextFile:
                 return False
             self.levelno = int(handler._levelno)
             self.filter = handler._filter
+            self.errors = handler._error_interceptor
+            if not callable(self.errors.should_catch) or not callable(self.errors.print):
+                return False
             self.loguru_emit = handler.emit
             if not self.agrees(handler._decolorized_format):
                 return False
@@ -129,7 +150,7 @@ class TextFile:
         zone = timezone(timedelta(hours=-3, minutes=-30), "probe")
         record = {
             "time": _LoguruDatetime(2031, 2, 3, 4, 5, 6, 789012, tzinfo=zone),
-            "level": _ProbeLevel(),
+            "level": _RecordLevel("SUCCESS", 25, "\u2705"),
             "name": "pkg.mod",
             "function": "fn",
             "line": 42,
@@ -146,28 +167,40 @@ class TextFile:
 
     def write(self, message: Any) -> None:
         """A line loguru formatted (the records :meth:`emit` leaves to it)."""
+        # Under loguru's handler lock (as stop() is), not this file's: a thread holding
+        # this one may wait for loguru's (a signal handler logging an exception).
         self.append(safe_text(str(message)))
 
     def stop(self) -> None:
         """The handler was removed: close the descriptor."""
-        if not self.closed:
+        with self.lock:
+            if self.closed:
+                return
             self.closed = True
             fd, self.fd = self.fd, -1
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
     def append(self, data: bytes) -> None:
+        """Write ``data`` (under :attr:`lock` or loguru's handler lock, both of which
+        :meth:`stop` holds); a line cut short is ended before the next one."""
         fd = self.fd
         if fd < 0:
             return
+        torn = self.torn
+        if torn:
+            data = b"\n" + data
+            self.torn = False
+        size = len(data)
         try:
             written = os.write(fd, data)
             while written < len(data):  # a short write (file size limit, signal)
                 data = data[written:]
                 written = os.write(fd, data)
         except Exception as exc:  # disk full or gone: the spool still has the record
+            self.torn = torn or len(data) < size  # a fragment without its newline is left
             losses.add(self.path, exc)
 
     # -- the handler's emit -------------------------------------------------------------------
@@ -192,8 +225,11 @@ class TextFile:
             try:
                 if not filter_(record):
                     return
-            except Exception:  # loguru's emit calls it again and reports the error its way
-                self.loguru_emit(record, level_id, from_decorator, is_raw, colored_message)
+            except Exception:  # reported as loguru's emit does (not called a second time)
+                errors = self.errors
+                if not errors.should_catch():
+                    raise
+                errors.print(record)
                 return
         text: str | None
         try:
@@ -206,7 +242,8 @@ class TextFile:
             data = text.encode()
         except UnicodeEncodeError:  # lone surrogates (undecodable file names): escaped
             data = text.encode("utf-8", "backslashreplace")
-        self.append(data)
+        with self.lock:
+            self.append(data)
 
     def line(self, record: Any, level: Any) -> str:
         """The run-file line of a record without exception, from the cached pieces; raises
@@ -223,6 +260,15 @@ class TextFile:
         name = record["name"]
         function = record["function"]
         line = record["line"]
+        # The pieces are keyed by value: 1, 1.0 and True are one key, so only the types
+        # loguru gives are cached (a patcher's others are formatted by ``formatted``).
+        if (
+            line.__class__ is not int
+            or function.__class__ is not str
+            or (name.__class__ is not str and name is not None)
+            or level.__class__ is not _RecordLevel
+        ):
+            raise TypeError("a call-site field of a type the pieces are not keyed by")
         site_key = (level.name, name, function, line)
         site = self.sites.get(site_key)
         if site is None:

@@ -6,8 +6,9 @@ Importing this package starts nothing, and imports each name when first asked fo
 service's process needs neither NVRx's API nor the spool writer it flushes).
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
+
+from nvrx_otel import _lazy
 
 if TYPE_CHECKING:
     from nvrx_otel.aggregator.compat import NodeLogAggregator
@@ -31,10 +32,4 @@ _HOMES: Final = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(home), name)
-    globals()[name] = value  # asked once
-    return value
+__getattr__ = _lazy.attributes(__name__, _HOMES, globals())

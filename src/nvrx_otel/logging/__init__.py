@@ -4,8 +4,9 @@ Every name is imported when first asked for: ``python -m nvrx_otel.logging.aggre
 (the aggregator's NVRx entry point) goes through this package and needs none of them.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
+
+from nvrx_otel import _lazy
 
 if TYPE_CHECKING:
     from nvrx_otel.aggregator.compat import NodeLogAggregator
@@ -46,10 +47,4 @@ _HOMES: Final = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(home), name)
-    globals()[name] = value  # asked once
-    return value
+__getattr__ = _lazy.attributes(__name__, _HOMES, globals())

@@ -3,8 +3,9 @@
 Names are imported when first asked for: a reader (the aggregator) needs the paths, not
 the writer."""
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
+
+from nvrx_otel import _lazy
 
 if TYPE_CHECKING:
     from nvrx_otel.spool.paths import SpoolFileName, SpoolPathError, job_dir, parse_name
@@ -30,10 +31,4 @@ _HOMES: Final = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(home), name)
-    globals()[name] = value  # asked once
-    return value
+__getattr__ = _lazy.attributes(__name__, _HOMES, globals())

@@ -1,6 +1,8 @@
 """The bridge's template path writes exactly the bytes of its dict path; it sits on the
 run file's handler (one handler less per record) and on a handler of its own without a
-run file; a call no handler takes returns before loguru's ``_log``."""
+run file; a call no handler takes returns before loguru's ``_log``. A record with ``extra``
+beyond the bound name takes the template path too (flattened attributes, in and out of a
+span), values orjson refuses the dict path."""
 
 from __future__ import annotations
 
@@ -116,3 +118,73 @@ def test_a_disabled_call_never_reaches_loguru(
     log.trace("off")
     log.info("on")
     assert calls == ["INFO"]
+
+
+class _Opaque:
+    def __repr__(self) -> str:
+        return "<opaque>"
+
+
+def _log_with_extras(log: Any) -> None:
+    log.bind(step=1, epoch=2).info("flat")
+    log.bind(run={"id": 3, "tags": {"a": "b"}}, empty={}).info("nested")
+    log.bind(values=[1, 2.5, None, True], text='\u00e9 "q" \\').warning("kinds")
+    get_logger(None).bind(name=5).info("a name that is not a str")
+    get_logger(None).bind(other="x").info("unnamed with extra")
+    with logger.contextualize(request="r-1"):
+        log.info("contextualized")
+    with trace.use_span(NonRecordingSpan(SpanContext(TRACE_ID, SPAN_ID, False, TraceFlags(1)))):
+        log.bind(step=2).info("in a span")
+    log.bind(big=2**70).info("an int orjson refuses")
+    log.bind(obj=_Opaque()).info("a value orjson refuses")
+    log.bind(bad="\udcff").info("a lone surrogate")
+
+
+def test_extras_take_the_template_path_with_the_dict_paths_bytes(
+    spool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    configure_logging(log_dir=tmp_path / "logs", script_name="run", console_level="CRITICAL")
+    log = get_logger("trainer")
+    _log_with_extras(log)
+    fast = _lines(spool)
+
+    def refuse(value: Any) -> bytes:
+        raise TypeError("take the dict path")
+
+    monkeypatch.setattr(bridge, "_dumps", refuse)
+    _log_with_extras(log)
+    slow = _lines(spool)[len(fast) :]
+    assert len(fast) == len(slow) == 10
+
+    def comparable(line: bytes) -> bytes:  # ts and key differ between the two calls
+        return re.sub(rb'"(ts|key)":("[^"]*"|\d+)', b"", line)
+
+    assert [comparable(line) for line in fast] == [comparable(line) for line in slow]
+    assert b'"attrs":{"step":1,"epoch":2}' in fast[0]
+    assert b'"attrs":{"run.id":3,"run.tags.a":"b","empty":{}}' in fast[1]
+    assert b'"trace_id":"0af7651916cd43dd8448eb211c80319c"' in fast[6]
+    assert b'"attrs":{"step":2}' in fast[6]
+
+
+def test_a_record_with_extras_reuses_its_template(
+    spool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    configure_logging(log_dir=tmp_path / "logs", script_name="run", console_level="CRITICAL")
+    dict_path: list[bytes] = []
+    real = bridge.rec.headed_line
+
+    def spy(head: bytes, fields: dict[str, Any], suffix: bytes) -> bytes:
+        dict_path.append(head)
+        return real(head, fields, suffix)
+
+    monkeypatch.setattr(bridge.rec, "headed_line", spy)
+    log = get_logger("trainer")
+    for i in range(3):
+        log.bind(step=i).info("step")
+        log.info("plain")
+    assert dict_path == []
+    handlers = logger._core.handlers.values()  # type: ignore[attr-defined]
+    (found,) = [h._filter for h in handlers if type(h._filter) is SpoolBridge]
+    assert len(found.templates) == 1  # one level, one logger: extras or not
+    lines = _lines(spool)
+    assert [b'"attrs":{"step":' in line for line in lines] == [True, False] * 3

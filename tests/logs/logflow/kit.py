@@ -81,3 +81,28 @@ def run_script(
         timeout=timeout,
         check=False,
     )
+
+
+def run_file_handler() -> Any:
+    """loguru's handler of the default text run file (the one whose emit ``TextFile`` has)."""
+    from loguru import logger
+
+    from nvrx_otel.logging.logflow.textfile import TextFile
+
+    handlers = logger._core.handlers.values()  # type: ignore[attr-defined]
+    (handler,) = [h for h in handlers if isinstance(getattr(h._sink, "_stream", None), TextFile)]
+    return handler
+
+
+def loguru_reference(tmp_path: Path) -> Path:
+    """loguru's own file sink, in the run file's format, beside the run file: the bytes the
+    run file must match."""
+    from loguru import logger
+
+    fmt = run_file_handler()._decolorized_format[: -len("\n{exception}")]
+    path = tmp_path / "reference.log"
+    logger.add(
+        str(path), format=fmt, level="TRACE", colorize=False, diagnose=False,
+        encoding="utf-8", errors="backslashreplace",
+    )  # fmt: skip
+    return path

@@ -24,30 +24,12 @@ from nvrx_otel.logging.logflow import configure_logging, get_logger, reset_loggi
 from nvrx_otel.logging.logflow.bridge import SpoolBridge
 from nvrx_otel.logging.logflow.configure import current_run_file, shutdown_logging
 from nvrx_otel.logging.logflow.textfile import TextFile
-from tests.logs.logflow.kit import messages, run_script
-
-
-def _run_file_handler() -> Any:
-    handlers = logger._core.handlers.values()  # type: ignore[attr-defined]
-    (handler,) = [h for h in handlers if isinstance(getattr(h._sink, "_stream", None), TextFile)]
-    return handler
+from tests.logs.logflow.kit import loguru_reference, messages, run_file_handler, run_script
 
 
 def _text_file() -> TextFile:
-    sink: TextFile = _run_file_handler()._sink._stream
+    sink: TextFile = run_file_handler()._sink._stream
     return sink
-
-
-def _reference(tmp_path: Path) -> Path:
-    """loguru's own file sink, in the run file's format, beside it."""
-    handler = _run_file_handler()
-    fmt = handler._decolorized_format[: -len("\n{exception}")]
-    path = tmp_path / "reference.log"
-    logger.add(
-        str(path), format=fmt, level="TRACE", colorize=False, diagnose=False,
-        encoding="utf-8", errors="backslashreplace",
-    )  # fmt: skip
-    return path
 
 
 def _log_every_kind() -> None:
@@ -103,9 +85,9 @@ def test_run_file_lines_are_loguru_file_sinks_bytes(
     except ValueError:  # loguru's levels are global: added by the first run only
         logger.level("NOTICE", no=27)
     configure_logging(script_name="run", file_level="TRACE", console_level="CRITICAL")
-    handler = _run_file_handler()
+    handler = run_file_handler()
     assert handler.emit == _text_file().emit  # the fast path is in place
-    reference = _reference(tmp_path)
+    reference = loguru_reference(tmp_path)
     _log_every_kind()
     shutdown_logging()
     path = current_run_file()
@@ -124,7 +106,7 @@ def test_caches_hit_for_a_repeated_call(tmp_path: Path, monkeypatch: pytest.Monk
     for i in range(5):
         log.info("step {}", i)  # one call site, one level, one thread
     sink = _text_file()
-    bridge = _run_file_handler()._filter
+    bridge = run_file_handler()._filter
     assert type(bridge) is SpoolBridge
     assert len(sink.sites) == 1
     assert (len(bridge.templates), len(bridge.sites), len(bridge.threads)) == (1, 1, 1)
@@ -142,9 +124,9 @@ def test_a_sample_line_that_disagrees_leaves_the_handler_to_loguru(
 
     monkeypatch.setattr(TextFile, "line", off_by_one)
     configure_logging(script_name="run", console_level="CRITICAL")
-    handler = _run_file_handler()
+    handler = run_file_handler()
     assert handler.emit != _text_file().emit  # loguru's own emit
-    reference = _reference(tmp_path)
+    reference = loguru_reference(tmp_path)
     get_logger("x").info("formatted by loguru")
     shutdown_logging()
     path = current_run_file()

@@ -20,28 +20,16 @@ from loguru import logger
 from nvrx_otel.logging.logflow import configure_logging, get_logger, textfile
 from nvrx_otel.logging.logflow.configure import current_run_file, shutdown_logging
 from nvrx_otel.logging.logflow.textfile import TextFile
-from tests.logs.logflow.kit import messages, run_script
-
-
-def _run_file_handler() -> Any:
-    handlers = logger._core.handlers.values()  # type: ignore[attr-defined]
-    (handler,) = [h for h in handlers if isinstance(getattr(h._sink, "_stream", None), TextFile)]
-    return handler
+from tests.logs.logflow.kit import loguru_reference, messages, run_file_handler, run_script
 
 
 def _configure_with_reference(tmp_path: Path) -> Path:
     """The run file with its fast path in place, and loguru's own file sink in the run
     file's format beside it (the bytes to match)."""
     configure_logging(script_name="run", file_level="TRACE", console_level="CRITICAL")
-    handler = _run_file_handler()
+    handler = run_file_handler()
     assert handler.emit == handler._sink._stream.emit
-    fmt = handler._decolorized_format[: -len("\n{exception}")]
-    path = tmp_path / "reference.log"
-    logger.add(
-        str(path), format=fmt, level="TRACE", colorize=False, diagnose=False,
-        encoding="utf-8", errors="backslashreplace",
-    )  # fmt: skip
-    return path
+    return loguru_reference(tmp_path)
 
 
 def _same_bytes_as(reference: Path) -> None:
@@ -159,7 +147,7 @@ def test_removing_the_handler_while_a_line_is_written_never_sends_it_elsewhere(
     written when the handler is removed lands in the run file, never in a file opened
     after the removal on the descriptor number the run file's close freed."""
     configure_logging(script_name="run", console_level="CRITICAL")
-    handler = _run_file_handler()
+    handler = run_file_handler()
     hid = next(i for i, h in logger._core.handlers.items() if h is handler)  # type: ignore[attr-defined]
     held = _HeldWrite()
     monkeypatch.setattr(textfile, "os", held)
@@ -444,12 +432,12 @@ def test_removing_every_handler_then_reconfiguring_leaves_one_open_run_file(
     configure_logging(script_name="run", console_level="CRITICAL")
     log = get_logger("x")
     log.info("one")
-    first = _run_file_handler()._sink._stream
+    first = run_file_handler()._sink._stream
     logger.remove()  # the user's own call: every handler gone, ours closed
     assert first.closed and first.fd == -1
     log.info("while removed")
     configure_logging(script_name="run", console_level="CRITICAL", force=True)
-    second = _run_file_handler()._sink._stream
+    second = run_file_handler()._sink._stream
     assert second is not first and second.handler is not None  # the fast path again
     log.info("two")
     configure_logging(script_name="run", console_level="CRITICAL", force=True)

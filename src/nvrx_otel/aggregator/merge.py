@@ -198,7 +198,7 @@ class ChronoMerge:
                     if block.texts is None:
                         texts = None
                     elif texts is not None:
-                        texts += block.texts if lo == 0 and hi == n else block.texts[lo:hi]
+                        texts += block.texts if whole else block.texts[lo:hi]
                 if hi < n:
                     queue.pos = hi
                     break  # the rest of this writer's records are newer

@@ -134,10 +134,8 @@ class Output:
         """Append records to the node log (OSError if it cannot be), then hand them to the
         sinks. ``texts``: the records' node-log texts (:meth:`texts`), made already."""
         if texts is not None:
-            if not self.rotation_held and self.log.needs_rotation():
-                self.rotate()
-            self._put(texts)
-            self._account(records, acct)
+            self._write_texts(texts, acct, len(records), records[-1].get("ts"))
+            self._to_sinks(records)
             return
         text = (format_clean_records if clean else format_records)(records, self.node)
         data = text.encode("utf-8", "replace")
@@ -176,6 +174,9 @@ class Output:
 
     def _account(self, records: list[dict[str, Any]], acct: Iterable[Accounting]) -> None:
         self._count(acct, len(records), records[-1].get("ts"))
+        self._to_sinks(records)
+
+    def _to_sinks(self, records: list[dict[str, Any]]) -> None:
         for sink in self.sinks:
             try:
                 sink(records)

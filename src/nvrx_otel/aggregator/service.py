@@ -379,9 +379,9 @@ class Aggregator(Progress):
         ):
             self._dirty = True
         self._dirty = self._dirty or any(sink.dirty for sink in self._sinks.values())
-        if self._poll_commit():  # the last commit is durable now: what it consumed goes
-            self._delete_consumed()
-        if not self._dirty:  # files become final with time alone: delete them all the same
+        # the last commit is durable now: what it consumed goes; and with nothing to commit,
+        # files become final with time alone: delete them all the same
+        if self._poll_commit() or not self._dirty:
             self._delete_consumed()
         # Caught up: commit, unless this cycle wrote records and the last commit is recent
         # (cycles come every ACTIVE_POLL_S while ranks log: each commit costs fsyncs). The

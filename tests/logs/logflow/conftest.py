@@ -1,5 +1,6 @@
 """Every loguru front-end test starts unconfigured, in its own working directory, with its
-own XDG config home, and ends with ``reset_logging()``."""
+own XDG config home, and ends with ``reset_logging()``. ``spool``: the spool root the
+front end writes under (``NVRX_NODE_LOCAL_TMPDIR``)."""
 
 from __future__ import annotations
 
@@ -19,3 +20,10 @@ def logflow_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     reset_logging()
     yield tmp_path
     reset_logging()
+
+
+@pytest.fixture
+def spool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "spool"
+    monkeypatch.setenv("NVRX_NODE_LOCAL_TMPDIR", str(root))
+    return root

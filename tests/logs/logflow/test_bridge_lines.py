@@ -22,13 +22,6 @@ TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
 SPAN_ID = 0xB7AD6B7169203331
 
 
-@pytest.fixture
-def spool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "spool"
-    monkeypatch.setenv("NVRX_NODE_LOCAL_TMPDIR", str(root))
-    return root
-
-
 def _lines(directory: Path) -> list[bytes]:
     out: list[bytes] = []
     for path in sorted(directory.rglob("*.jsonl")):

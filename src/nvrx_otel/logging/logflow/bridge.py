@@ -25,7 +25,6 @@ from nvrx_otel import _tracectx, levels
 from nvrx_otel import record as rec
 from nvrx_otel.logging.handler import SPOOLED_ATTR, add_exception, report_error
 from nvrx_otel.logging.logflow.levels import FILE, ModuleLevels
-from nvrx_otel.spool import writer as spool_writer
 from nvrx_otel.spool.writer import SpoolWriter
 
 NAME_KEY: Final = "name"
@@ -64,7 +63,6 @@ def flatten(
 
 _MAX_CACHED: Final = 4096
 """Entries each of the bridge's caches keeps (heads, templates, call sites, threads)."""
-_append = spool_writer.append
 
 
 class SpoolBridge:
@@ -75,7 +73,7 @@ class SpoolBridge:
     is one ``%`` of a cached line template per level and logger name
     (``record.log_template``) with the message's JSON, cached call-site and thread fields,
     the trace fields of the last context and the JSON of its ``extra`` beyond the bound name
-    (flattened, if any), appended through the writer's append window inline; any other
+    (flattened, if any), appended by the writer's ``write_line``; any other
     record (an exception, a value orjson refuses) is a dict of its own fields after a
     cached head (``record.headed_line``). Both write the same bytes for the same record.
     """
@@ -203,21 +201,7 @@ class SpoolBridge:
                     seq = next(writer.counter)
                     tkey = (level.name, level.no, lg)
                     template = self.templates.get(tkey) or self.template(tkey)
-                    line = template % (ts, msg, site, fields, seq, trace, attrs)
-                    n = len(line)  # the writer's append window (SpoolWriter), inline
-                    if writer.size + n > writer.limit:
-                        writer.write_line(line, ts)
-                        return keep
-                    fd = writer.fd
-                    try:
-                        written = _append(fd, line, writer.size)
-                    except OSError as err:
-                        writer.write_failed(err, ts)
-                        return keep
-                    if written == n:
-                        writer.size += n
-                    else:
-                        writer.finish_short_write(fd, line, written, ts)
+                    writer.write_line(template % (ts, msg, site, fields, seq, trace, attrs), ts)
                     return keep
             file = record["file"]
             thread = record["thread"]

@@ -107,7 +107,13 @@ def repeat_note(attrs: Any) -> str:
     count = attrs.get(DEDUP_COUNT)
     if count is None:
         return ""
-    return f" [repeated {count}x across ranks {attrs.get(DEDUP_RANKS, '?')}]"
+    return repeated(count, attrs.get(DEDUP_RANKS, "?"))
+
+
+def repeated(count: Any, ranks: str) -> str:
+    """`` [repeated <count>x across ranks <ranks>]``: the words every reader of a collapsed
+    record shows (the node log's line, the report's failure)."""
+    return f" [repeated {count}x across ranks {ranks}]"
 
 
 def _field(value: Any, default: str = "?") -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from nvrx_otel.nodeline import ranges
+from nvrx_otel.nodeline import ranges, repeated
 from nvrx_otel.report.model import Failure, Ordering
 from nvrx_otel.report.otlp import Span
 from nvrx_otel.view.entry import Entry
@@ -34,7 +34,7 @@ SKEW_S: Final = 0.5
 def _log_failure(e: Entry, rank: int) -> Failure:
     what = e.first_line
     if e.collapsed is not None:  # the aggregator's de-duplication: say whom it stands for
-        what += f" [repeated {e.collapsed.count}x across ranks {ranges(e.collapsed.ranks)}]"
+        what += repeated(e.collapsed.count, ranges(e.collapsed.ranks))
     return Failure(
         rank=rank,
         node=e.node,

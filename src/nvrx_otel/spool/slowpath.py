@@ -70,6 +70,7 @@ class WriterSlowPath:
     _need_newline: bool
     _next_try_ns: int
     _woke_ns: int
+    _announce: bool
     _errors_reported: set[str]
     _resource: dict[str, Any]
     _proc_name: str
@@ -133,6 +134,12 @@ class WriterSlowPath:
         if 2 * self._files.total() + self.max_file_size > self.budget:
             self._wake(now)  # past half the budget: the aggregator should not wait
         return self._flush_drops()
+
+    def _announced(self) -> None:
+        """The first record of a new file is in: wake the aggregator, which would otherwise
+        find the file only at its next scan (a check interval away)."""
+        self._announce = False
+        self._wake(time.monotonic_ns())
 
     def _wake(self, now: int) -> None:
         """Wake the node's aggregator (at most every 50 ms; never blocks)."""
@@ -210,6 +217,7 @@ class WriterSlowPath:
         self._need_newline = False
         files.making.tmp = ""
         files.settle()
+        self._announce = True
         return True
 
     def lost(self) -> None:

@@ -149,6 +149,7 @@ class SpoolWriter(WriterSlowPath):
         self._next_try_ns = 0
         self.drops = DropCount()
         self._woke_ns = 0
+        self._announce = False  # a new file: wake the aggregator after its first record
         self._errors_reported: set[str] = set()
         # The identity table's fields, with pid after the first (node), as records hold them.
         node, *rest = record_fields(ident).items()
@@ -202,6 +203,7 @@ class SpoolWriter(WriterSlowPath):
 
     def write_line(self, line: bytes, ts: int) -> None:
         """Append one encoded line; counts it as dropped if it cannot be written."""
+        announce = False
         if self.size + len(line) > self.limit:
             try:
                 if len(line) > self.max_record:
@@ -220,6 +222,7 @@ class SpoolWriter(WriterSlowPath):
             if reason:
                 self._count_drop(ts, reason)
                 return
+            announce = self._announce
         fd = self.fd
         newline = self._need_newline
         if newline:
@@ -236,6 +239,8 @@ class SpoolWriter(WriterSlowPath):
         if newline:
             self._need_newline = False
             self._refresh_limit()
+        if announce:
+            self._announced()
 
     def finish_short_write(self, fd: int, line: bytes, written: int, ts: int) -> None:
         """Complete a record after a short write (a regular file only does that when full)."""

@@ -61,6 +61,22 @@ def test_demo_runs_without_any_server(tmp_path: Path) -> None:
     ]
 
 
+def test_demo_prints_long_paths_whole(tmp_path: Path) -> None:
+    """Paths wider than the console come out on one line each, ready to copy (piped
+    output: the console is 120 columns wide)."""
+    cwd = tmp_path / ("d" * 80) / ("e" * 80)
+    cwd.mkdir(parents=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "nvrx_otel.cli", "demo", "--steps", "2"],
+        capture_output=True, text=True, cwd=cwd, timeout=240,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    (run,) = (cwd / "nvrx-otel-demo").iterdir()
+    assert f"writing to {run}\n" in out.stdout, out.stdout
+    assert f"nvrx-otel logs {run / 'logs'}\n" in out.stdout, out.stdout
+    assert f"--perfetto {run / 'trace.json'}\n" in out.stdout, out.stdout
+
+
 @pytest.mark.parametrize(
     "command", ["demo", "logs", "report", "identity", "aggregate", "lnav-install", "doctor"]
 )

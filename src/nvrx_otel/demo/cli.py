@@ -130,7 +130,9 @@ class Demo:
 
     def run(self) -> int:
         plan = self.plan
-        self.console.print(f"{PROG}: writing to {plan.root}", markup=False, highlight=False)
+        self.console.print(
+            f"{PROG}: writing to {plan.root}", markup=False, highlight=False, soft_wrap=True
+        )
         self.aggregators.start()
         code = 1
         interrupted = False
@@ -224,7 +226,12 @@ class Demo:
         out.print("wrote:", markup=False, highlight=False)
         for label, path in self._outputs():
             out.print(f"  {label:<22} {path}", markup=False, highlight=False, soft_wrap=True)
-        out.print(f"read them with: nvrx-otel logs {plan.log_dir}", markup=False, highlight=False)
+        out.print(
+            f"read them with: nvrx-otel logs {plan.log_dir}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         otlp = plan.root / "otlp"
         out.print(
             f"picture them:   nvrx-otel report {otlp} --html {plan.root / 'report.html'} "

@@ -9,8 +9,11 @@ but :meth:`TextFile.emit` takes the place of its ``emit``: after the level and t
 the line is the wall-clock second (made once a second), then
 `` | LEVEL    | name:fn:line | `` (once per level and call site), the message, ``\\n``;
 one ``os.write`` on an
-``O_APPEND`` descriptor, under the file's own (reentrant, renewed in a forked child) lock,
-which removing the handler takes before it closes the descriptor. These are the bytes
+``O_APPEND`` descriptor, under the file's own (reentrant, renewed in a forked child) lock.
+Removing the handler closes the descriptor under that lock, or, while a line is being
+written, leaves the close to that line's writer: removal holds loguru's handler lock and
+never waits for the file's (a signal handler logging an exception below a line holds the
+file's lock and waits for loguru's). These are the bytes
 loguru's file sink writes for the same record: the pieces are made by ``format_map`` over
 the same fields, the second from the same ``datetime`` fields loguru's
 ``YYYY-MM-DD HH:mm:ss.SSS`` reads, and the handler is taken over only when its line for a
@@ -85,6 +88,8 @@ def _new_locks_in_child() -> None:
     """A forked child's copy of a lock another thread held is held for ever: new ones."""
     for text_file in list(_OPEN):
         text_file.lock = threading.RLock()
+        if text_file.closed:  # removed while a thread of the parent wrote a line
+            text_file.close_unused()
 
 
 os.register_at_fork(after_in_child=_new_locks_in_child)
@@ -104,9 +109,10 @@ class TextFile:
         self.middle = _middle_format(fmt)
         self.fd = os.open(path, _FLAGS, 0o666)
         self.closed = False
-        # Held around each line :meth:`emit` writes and by :meth:`stop`, so the descriptor
-        # is never closed under a line (whose number a file opened next would reuse), as
+        # Held around each line :meth:`emit` writes and to close the descriptor, so it is
+        # never closed under a line (whose number a file opened next would reuse), as
         # loguru's handler lock does for its own writes. Reentrant: a signal handler may log.
+        # Removal never waits for it (:meth:`stop`).
         self.lock = threading.RLock()
         self.torn = False  # a write was cut short: the file ends inside a line
         _OPEN.add(self)
@@ -172,16 +178,31 @@ class TextFile:
         self.append(safe_text(str(message)))
 
     def stop(self) -> None:
-        """The handler was removed: close the descriptor."""
-        with self.lock:
-            if self.closed:
-                return
-            self.closed = True
-            fd, self.fd = self.fd, -1
+        """The handler was removed (loguru holds its handler lock): close the descriptor, or
+        leave that to the line being written, whose writer closes it once written.
+
+        Never waits for :attr:`lock`: its holder may be the main thread below a signal
+        handler that logs an exception, which waits for loguru's handler lock (the two
+        threads would wait for each other)."""
+        self.closed = True  # before looking at the lock: a writer looks after releasing it
+        self.close_unused()
+
+    def close_unused(self) -> None:
+        """Close the descriptor once :meth:`stop` was called, unless a line is being written
+        (by another thread, or by this one below a signal handler): its writer calls this
+        again after the line."""
+        lock = self.lock
+        if lock._is_owned() or not lock.acquire(blocking=False):  # type: ignore[attr-defined]
+            return
         try:
-            os.close(fd)
-        except OSError:
-            pass
+            fd, self.fd = self.fd, -1  # under the lock: one caller closes it, no line after
+        finally:
+            lock.release()
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def append(self, data: bytes) -> None:
         """Write ``data`` (under :attr:`lock` or loguru's handler lock, both of which
@@ -244,6 +265,8 @@ class TextFile:
             data = text.encode("utf-8", "backslashreplace")
         with self.lock:
             self.append(data)
+        if self.closed:  # removed while this line was written: closing is left to its writer
+            self.close_unused()
 
     def line(self, record: Any, level: Any) -> str:
         """The run-file line of a record without exception, from the cached pieces; raises

@@ -23,8 +23,9 @@ is the one loguru's format makes. ``opt(raw=True)`` (a bare message) and excepti
 the same descriptor; a record whose fields a patcher gave other types is formatted by
 ``format_map`` over the record, as loguru's handler does.
 
-A line that cannot be written (disk full, file size limit) is counted and said once
-(:data:`~.runfilewriter.losses`), never a traceback per line. As with loguru's file sink,
+A line that cannot be written (disk full, file size limit) or encoded (no memory for its
+bytes) is counted and said once (:data:`~.runfilewriter.losses`), never raised into the
+call nor a traceback per line. As with loguru's file sink,
 a run file deleted while running is not made again (the other options' descriptor looks
 before every line: an ``fstat`` per line).
 """
@@ -175,7 +176,12 @@ class TextFile:
         """A line loguru formatted (the records :meth:`emit` leaves to it)."""
         # Under loguru's handler lock (as stop() is), not this file's: a thread holding
         # this one may wait for loguru's (a signal handler logging an exception).
-        self.append(safe_text(str(message)))
+        try:
+            data = safe_text(str(message))
+        except Exception as exc:  # no memory for the bytes: lost, counted as a write error
+            losses.add(self.path, exc)
+            return
+        self.append(data)
 
     def stop(self) -> None:
         """The handler was removed (loguru holds its handler lock): close the descriptor, or
@@ -261,8 +267,11 @@ class TextFile:
                 return
         try:
             data = text.encode()
-        except UnicodeEncodeError:  # lone surrogates (undecodable file names): escaped
-            data = text.encode("utf-8", "backslashreplace")
+        except Exception:  # lone surrogates (undecodable file names), no memory for the bytes
+            escaped = self.escaped(text)
+            if escaped is None:
+                return
+            data = escaped
         with self.lock:
             self.append(data)
         if self.closed:  # removed while this line was written: closing is left to its writer
@@ -309,6 +318,16 @@ class TextFile:
         fields = {"level": level, "name": name, "function": function, "line": line}
         site = self.sites[key] = self.middle.format_map(fields)
         return site
+
+    def escaped(self, text: str) -> bytes | None:
+        """UTF-8 of a line ``str.encode`` refused: lone surrogates escaped (``\\udcff``, as
+        loguru's file sink with ``errors="backslashreplace"`` writes them); None when that
+        fails too (no memory for the bytes: the line is lost, counted as a write error)."""
+        try:
+            return text.encode("utf-8", "backslashreplace")
+        except Exception as exc:
+            losses.add(self.path, exc)
+            return None
 
     def formatted(self, record: Any) -> str | None:
         """The line as loguru's handler formats it (a record the pieces cannot make: a

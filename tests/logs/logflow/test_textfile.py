@@ -249,3 +249,36 @@ def test_a_line_without_memory_to_encode_is_counted_not_raised(tmp_path: Path) -
     assert proc.stderr.count("cannot write the run file") == 1, proc.stderr
     assert "Traceback" not in proc.stderr and "Logging error" not in proc.stderr, proc.stderr
     assert messages(tmp_path / "logs" / "run.log") == ["before", "after"]
+
+
+def test_a_lone_surrogate_is_escaped_where_loguru_s_own_file_sink_loses_the_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """loguru's file sink encodes strictly by default: a line with a lone surrogate (an
+    undecodable file name) is lost, with a traceback on stderr. The run file keeps it on
+    every path (cached pieces, raw, exception), the surrogate escaped: loguru's bytes with
+    ``errors="backslashreplace"`` (the difference docs/loguru-options.md states)."""
+    configure_logging(script_name="run", file_level="TRACE", console_level="CRITICAL")
+    assert run_file_handler().emit == _text_file().emit  # the fast path is in place
+    escaping = loguru_reference(tmp_path)
+    fmt = run_file_handler()._decolorized_format[: -len("\n{exception}")]
+    strict = tmp_path / "strict.log"
+    logger.add(str(strict), format=fmt, level="TRACE", colorize=False, diagnose=False)
+    log = get_logger("x")
+    name = b"data-\xff.bin".decode("utf-8", "surrogateescape")  # as os.listdir() gives it
+    log.info("opening {}", name)
+    log.opt(raw=True).info("raw {}\n", name)
+    try:
+        raise FileNotFoundError(name)
+    except FileNotFoundError:
+        log.exception("missing {}", name)
+    log.info("after")
+    shutdown_logging()
+    path = current_run_file()
+    assert path is not None
+    ours = path.read_bytes()
+    assert ours == escaping.read_bytes()
+    assert messages(path) == ["opening data-\\udcff.bin", "missing data-\\udcff.bin", "after"]
+    assert b"raw data-\\udcff.bin\n" in ours and b"FileNotFoundError: data-\\udcff.bin" in ours
+    assert messages(strict) == ["after"] and b"udcff" not in strict.read_bytes()
+    assert capfd.readouterr().err.count("UnicodeEncodeError") == 3

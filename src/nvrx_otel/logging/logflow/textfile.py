@@ -8,26 +8,27 @@ handler stays loguru's — its level, its filter (the spool bridge, module level
 but :meth:`TextFile.emit` takes the place of its ``emit``: after the level and the filter,
 the line is the wall-clock second (made once a second), then
 `` | LEVEL    | name:fn:line | `` (once per level and call site), the message, ``\\n``;
-one ``os.write`` on an
-``O_APPEND`` descriptor, under the file's own (reentrant, renewed in a forked child) lock.
-Removing the handler closes the descriptor under that lock, or, while a line is being
-written, leaves the close to that line's writer: removal holds loguru's handler lock and
-never waits for the file's (a signal handler logging an exception below a line holds the
-file's lock and waits for loguru's). These are the bytes
-loguru's file sink writes for the same record: the pieces are made by ``format_map`` over
-the same fields, the second from the same ``datetime`` fields loguru's
-``YYYY-MM-DD HH:mm:ss.SSS`` reads, and the handler is taken over only when its line for a
-sample record
-is the one loguru's format makes. ``opt(raw=True)`` (a bare message) and exceptions
-(loguru formats the traceback) go through loguru's own ``emit`` to :meth:`TextFile.write`,
-the same descriptor; a record whose fields a patcher gave other types is formatted by
-``format_map`` over the record, as loguru's handler does.
+one ``os.write`` on an ``O_APPEND`` descriptor, under the file's own (reentrant, renewed in
+a forked child) lock. Removing the handler closes the descriptor under that lock, or,
+while a line is being written, leaves the close to that line's writer: removal holds
+loguru's handler lock and never waits for the file's (a signal handler logging an
+exception below a line holds the file's lock and waits for loguru's).
+
+These are the bytes loguru's file sink writes for the same record (with
+``errors="backslashreplace"``: a lone surrogate is escaped where loguru's strict default
+loses the line): the pieces are made by ``format_map`` over the same fields, the second
+from the same ``datetime`` fields loguru's ``YYYY-MM-DD HH:mm:ss.SSS`` reads, and the
+handler is taken over only when its line for a sample record is the one loguru's format
+makes. ``opt(raw=True)`` (a bare message) and exceptions (loguru formats the traceback) go
+through loguru's own ``emit`` to :meth:`TextFile.write`, the same descriptor; a record
+whose fields a patcher gave other types is formatted by ``format_map`` over the record, as
+loguru's handler does.
 
 A line that cannot be written (disk full, file size limit) or encoded (no memory for its
 bytes) is counted and said once (:data:`~.runfilewriter.losses`), never raised into the
-call nor a traceback per line. As with loguru's file sink,
-a run file deleted while running is not made again (the other options' descriptor looks
-before every line: an ``fstat`` per line).
+call nor a traceback per line. As with loguru's file sink, a run file deleted while
+running is not made again (the other options' descriptor looks before every line: an
+``fstat`` per line).
 """
 
 from __future__ import annotations

@@ -144,9 +144,9 @@ class _HeldWrite:
 def test_removing_the_handler_while_a_line_is_written_never_sends_it_elsewhere(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """loguru's sink writes under its handler's lock, which ``remove`` takes: a line being
-    written when the handler is removed lands in the run file, never in a file opened
-    after the removal on the descriptor number the run file's close freed."""
+    """Removing the handler while a line is written leaves the close to the line's writer:
+    the line lands in the run file, never in a file opened after the removal on the
+    descriptor number the run file's close freed; removal does not wait for the line."""
     configure_logging(script_name="run", console_level="CRITICAL")
     handler = run_file_handler()
     hid = next(i for i, h in logger._core.handlers.items() if h is handler)  # type: ignore[attr-defined]
@@ -168,7 +168,7 @@ def test_removing_the_handler_while_a_line_is_written_never_sends_it_elsewhere(
 
     remover = threading.Thread(target=remove_then_open)
     remover.start()
-    removed.wait(2)  # with loguru's lock, removing waits for the write: not set
+    assert removed.wait(60)  # removal does not wait for the line being written
     held.release.set()
     writer.join(60)
     remover.join(60)

@@ -577,3 +577,43 @@ def test_a_signal_handler_logging_an_exception_while_the_handler_is_removed_does
     assert "closed True -1" in proc.stdout, proc.stdout + proc.stderr
     assert "Logging error" not in proc.stderr, proc.stderr
     assert messages(tmp_path / "logs" / "run.log") == ["interrupted"]
+
+
+SIGNAL_WHILE_COUNTED = """
+    import resource, signal
+    from nvrx_otel.logging.logflow import configure_logging, get_logger, shutdown_logging
+    from nvrx_otel.logging.logflow.runfilewriter import losses
+    configure_logging(script_name="run", console_level="CRITICAL")
+    log = get_logger("t")
+    signal.signal(signal.SIGUSR2, lambda *_: log.info("from the signal handler"))
+
+    class SignalWhileCounted(dict):
+        # read under the count's lock: the signal handler's line fails too (the file
+        # size limit) and is counted while the interrupted line's count is taken
+        raised = False
+
+        def get(self, *args):
+            if not SignalWhileCounted.raised:
+                SignalWhileCounted.raised = True
+                signal.raise_signal(signal.SIGUSR2)
+            return super().get(*args)
+
+    losses.kinds = SignalWhileCounted()
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+    log.info("refused")
+    shutdown_logging()
+"""
+
+
+def test_a_signal_handler_whose_line_fails_while_a_loss_is_counted_does_not_hang(
+    tmp_path: Path,
+) -> None:
+    """A line the disk refuses is counted under the count's lock; a signal handler logging
+    meanwhile has its line refused too and counts it in the same thread: both counted,
+    no hang."""
+    try:
+        proc = run_script(tmp_path, "run", SIGNAL_WHILE_COUNTED, timeout=90)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"deadlock: the signal handler waits for the count's lock ({exc})")
+    assert proc.returncode == 0, proc.stderr
+    assert "2 run-file line(s) could not be written (EFBIG: 2)" in proc.stderr, proc.stderr

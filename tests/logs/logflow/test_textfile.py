@@ -206,3 +206,79 @@ def test_threads_logging_at_once_write_whole_lines(tmp_path: Path) -> None:
     assert sorted(got) == sorted(
         f"thread {n} line {j} {'z' * (j % 50)}" for n in range(4) for j in range(300)
     )
+
+
+NO_MEMORY_TO_ENCODE = """
+    import resource
+    from nvrx_otel.logging.logflow import configure_logging, get_logger, shutdown_logging
+    configure_logging(script_name="run", console_level="CRITICAL")
+    log = get_logger("t")
+    log.info("before")
+    N = 16 << 20
+    big = "\\u00e9" * N  # 1 byte a character; its UTF-8 takes 2
+
+    def address_space():
+        with open("/proc/self/status") as f:
+            for row in f:
+                if row.startswith("VmSize:"):
+                    return int(row.split()[1]) * 1024
+
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    # room for the line (or loguru's message and its copy), not for its UTF-8 as well
+    resource.setrlimit(resource.RLIMIT_AS, (address_space() + 5 * N // 2, hard))
+    for call in (lambda: log.info(big), lambda: log.opt(raw=True).info(big)):
+        try:
+            call()
+        except MemoryError:
+            print("raised into the call")
+    resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+    del big
+    log.info("after")
+    shutdown_logging()
+"""
+
+
+def test_a_line_without_memory_to_encode_is_counted_not_raised(tmp_path: Path) -> None:
+    """A ``MemoryError`` while a line is encoded (the cached-pieces path and loguru's path)
+    is a lost line like a write error: counted and said once, never raised into the call
+    nor a traceback from loguru."""
+    proc = run_script(tmp_path, "run", NO_MEMORY_TO_ENCODE)
+    assert proc.returncode == 0, proc.stderr
+    assert "raised into the call" not in proc.stdout, proc.stdout
+    assert "2 run-file line(s) could not be written (MemoryError: 2)" in proc.stderr, proc.stderr
+    assert proc.stderr.count("cannot write the run file") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "Logging error" not in proc.stderr, proc.stderr
+    assert messages(tmp_path / "logs" / "run.log") == ["before", "after"]
+
+
+def test_a_lone_surrogate_is_escaped_where_loguru_s_own_file_sink_loses_the_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """loguru's file sink encodes strictly by default: a line with a lone surrogate (an
+    undecodable file name) is lost, with a traceback on stderr. The run file keeps it on
+    every path (cached pieces, raw, exception), the surrogate escaped: loguru's bytes with
+    ``errors="backslashreplace"`` (the difference docs/loguru-options.md states)."""
+    configure_logging(script_name="run", file_level="TRACE", console_level="CRITICAL")
+    assert run_file_handler().emit == _text_file().emit  # the fast path is in place
+    escaping = loguru_reference(tmp_path)
+    fmt = run_file_handler()._decolorized_format[: -len("\n{exception}")]
+    strict = tmp_path / "strict.log"
+    logger.add(str(strict), format=fmt, level="TRACE", colorize=False, diagnose=False)
+    log = get_logger("x")
+    name = b"data-\xff.bin".decode("utf-8", "surrogateescape")  # as os.listdir() gives it
+    log.info("opening {}", name)
+    log.opt(raw=True).info("raw {}\n", name)
+    try:
+        raise FileNotFoundError(name)
+    except FileNotFoundError:
+        log.exception("missing {}", name)
+    log.info("after")
+    shutdown_logging()
+    path = current_run_file()
+    assert path is not None
+    ours = path.read_bytes()
+    assert ours == escaping.read_bytes()
+    assert messages(path) == ["opening data-\\udcff.bin", "missing data-\\udcff.bin", "after"]
+    assert b"raw data-\\udcff.bin\n" in ours and b"FileNotFoundError: data-\\udcff.bin" in ours
+    assert messages(strict) == ["after"] and b"udcff" not in strict.read_bytes()
+    assert capfd.readouterr().err.count("UnicodeEncodeError") == 3

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -143,9 +144,9 @@ class _HeldWrite:
 def test_removing_the_handler_while_a_line_is_written_never_sends_it_elsewhere(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """loguru's sink writes under its handler's lock, which ``remove`` takes: a line being
-    written when the handler is removed lands in the run file, never in a file opened
-    after the removal on the descriptor number the run file's close freed."""
+    """Removing the handler while a line is written leaves the close to the line's writer:
+    the line lands in the run file, never in a file opened after the removal on the
+    descriptor number the run file's close freed; removal does not wait for the line."""
     configure_logging(script_name="run", console_level="CRITICAL")
     handler = run_file_handler()
     hid = next(i for i, h in logger._core.handlers.items() if h is handler)  # type: ignore[attr-defined]
@@ -167,7 +168,7 @@ def test_removing_the_handler_while_a_line_is_written_never_sends_it_elsewhere(
 
     remover = threading.Thread(target=remove_then_open)
     remover.start()
-    removed.wait(2)  # with loguru's lock, removing waits for the write: not set
+    assert removed.wait(60)  # removal does not wait for the line being written
     held.release.set()
     writer.join(60)
     remover.join(60)
@@ -504,3 +505,115 @@ def test_a_signal_handler_that_logs_while_a_line_is_written_does_not_hang(
     shutdown_logging()
     got = messages(tmp_path / "logs" / "run.log")
     assert got == ["from the signal handler", "interrupted"]
+
+
+SIGNAL_DURING_REMOVAL = """
+    import os, signal, threading, time
+    from loguru import logger
+    from nvrx_otel.logging.logflow import configure_logging, get_logger, shutdown_logging
+    from nvrx_otel.logging.logflow import textfile
+    configure_logging(script_name="run", console_level="CRITICAL")
+    (hid, handler), = [(i, h) for i, h in logger._core.handlers.items()
+                       if type(getattr(h._sink, "_stream", None)).__name__ == "TextFile"]
+    sink = handler._sink._stream
+    assert handler.emit == sink.emit, "the fast path is not in place"
+    log = get_logger("x")
+    remover = threading.Thread(target=logger.remove, args=(hid,))
+
+    def wait_for(condition):
+        deadline = time.monotonic() + 60
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert condition()
+
+    class RemovedWhileFormatted(Exception):
+        # loguru formats the traceback (str of the exception) before it takes its lock:
+        # meanwhile another thread removes the handler and holds loguru's lock by now
+        def __str__(self):
+            if not remover.is_alive() and remover.ident is None:
+                remover.start()
+                wait_for(handler._lock.locked)
+            return "formatted while the handler is removed"
+
+    def on_signal(signum, frame):
+        try:
+            raise RemovedWhileFormatted()
+        except RemovedWhileFormatted:
+            log.exception("from the signal handler")
+
+    class SignalInWrite:
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        def write(self, fd, data):
+            if b"interrupted" in data:  # under the run file's lock
+                signal.raise_signal(signal.SIGUSR2)  # its handler runs before the write
+            return os.write(fd, data)
+
+    signal.signal(signal.SIGUSR2, on_signal)
+    textfile.os = SignalInWrite()
+    log.info("interrupted")
+    textfile.os = os
+    remover.join(60)
+    assert not remover.is_alive(), "the removal hangs"
+    print("closed", sink.closed, sink.fd)
+    shutdown_logging()
+"""
+
+
+def test_a_signal_handler_logging_an_exception_while_the_handler_is_removed_does_not_hang(
+    tmp_path: Path,
+) -> None:
+    """The main thread writes a line under the run file's lock; a signal handler there logs
+    an exception, which loguru writes under its handler's lock; meanwhile another thread
+    removes the handler, which holds loguru's lock while it closes the run file. Removing
+    must not wait for the run file's lock (each thread would hold the lock the other
+    waits for): the line being written closes the descriptor once written."""
+    try:
+        proc = run_script(tmp_path, "run", SIGNAL_DURING_REMOVAL, timeout=90)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"deadlock: the signal handler and the removal wait for each other ({exc})")
+    assert proc.returncode == 0, proc.stderr
+    assert "closed True -1" in proc.stdout, proc.stdout + proc.stderr
+    assert "Logging error" not in proc.stderr, proc.stderr
+    assert messages(tmp_path / "logs" / "run.log") == ["interrupted"]
+
+
+SIGNAL_WHILE_COUNTED = """
+    import resource, signal
+    from nvrx_otel.logging.logflow import configure_logging, get_logger, shutdown_logging
+    from nvrx_otel.logging.logflow.runfilewriter import losses
+    configure_logging(script_name="run", console_level="CRITICAL")
+    log = get_logger("t")
+    signal.signal(signal.SIGUSR2, lambda *_: log.info("from the signal handler"))
+
+    class SignalWhileCounted(dict):
+        # read under the count's lock: the signal handler's line fails too (the file
+        # size limit) and is counted while the interrupted line's count is taken
+        raised = False
+
+        def get(self, *args):
+            if not SignalWhileCounted.raised:
+                SignalWhileCounted.raised = True
+                signal.raise_signal(signal.SIGUSR2)
+            return super().get(*args)
+
+    losses.kinds = SignalWhileCounted()
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+    log.info("refused")
+    shutdown_logging()
+"""
+
+
+def test_a_signal_handler_whose_line_fails_while_a_loss_is_counted_does_not_hang(
+    tmp_path: Path,
+) -> None:
+    """A line the disk refuses is counted under the count's lock; a signal handler logging
+    meanwhile has its line refused too and counts it in the same thread: both counted,
+    no hang."""
+    try:
+        proc = run_script(tmp_path, "run", SIGNAL_WHILE_COUNTED, timeout=90)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"deadlock: the signal handler waits for the count's lock ({exc})")
+    assert proc.returncode == 0, proc.stderr
+    assert "2 run-file line(s) could not be written (EFBIG: 2)" in proc.stderr, proc.stderr

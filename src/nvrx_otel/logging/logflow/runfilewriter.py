@@ -261,7 +261,9 @@ class Losses:
     all counted, the count said at exit (never a traceback per line)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        # Reentrant: a signal handler may log while a line's loss is counted, and its own
+        # line fail too (the same full disk).
+        self.lock = threading.RLock()
         self.count = 0
         self.kinds: dict[str, int] = {}
         self.reported = 0
@@ -375,7 +377,7 @@ def _after_fork_in_child() -> None:
             except OSError:
                 pass
             f.lock_fd = -1
-    losses.lock = threading.Lock()
+    losses.lock = threading.RLock()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -8,22 +8,27 @@ handler stays loguru's — its level, its filter (the spool bridge, module level
 but :meth:`TextFile.emit` takes the place of its ``emit``: after the level and the filter,
 the line is the wall-clock second (made once a second), then
 `` | LEVEL    | name:fn:line | `` (once per level and call site), the message, ``\\n``;
-one ``os.write`` on an
-``O_APPEND`` descriptor, under the file's own (reentrant, renewed in a forked child) lock,
-which removing the handler takes before it closes the descriptor. These are the bytes
-loguru's file sink writes for the same record: the pieces are made by ``format_map`` over
-the same fields, the second from the same ``datetime`` fields loguru's
-``YYYY-MM-DD HH:mm:ss.SSS`` reads, and the handler is taken over only when its line for a
-sample record
-is the one loguru's format makes. ``opt(raw=True)`` (a bare message) and exceptions
-(loguru formats the traceback) go through loguru's own ``emit`` to :meth:`TextFile.write`,
-the same descriptor; a record whose fields a patcher gave other types is formatted by
-``format_map`` over the record, as loguru's handler does.
+one ``os.write`` on an ``O_APPEND`` descriptor, under the file's own (reentrant, renewed in
+a forked child) lock. Removing the handler closes the descriptor under that lock, or,
+while a line is being written, leaves the close to that line's writer: removal holds
+loguru's handler lock and never waits for the file's (a signal handler logging an
+exception below a line holds the file's lock and waits for loguru's).
 
-A line that cannot be written (disk full, file size limit) is counted and said once
-(:data:`~.runfilewriter.losses`), never a traceback per line. As with loguru's file sink,
-a run file deleted while running is not made again (the other options' descriptor looks
-before every line: an ``fstat`` per line).
+These are the bytes loguru's file sink writes for the same record (with
+``errors="backslashreplace"``: a lone surrogate is escaped where loguru's strict default
+loses the line): the pieces are made by ``format_map`` over the same fields, the second
+from the same ``datetime`` fields loguru's ``YYYY-MM-DD HH:mm:ss.SSS`` reads, and the
+handler is taken over only when its line for a sample record is the one loguru's format
+makes. ``opt(raw=True)`` (a bare message) and exceptions (loguru formats the traceback) go
+through loguru's own ``emit`` to :meth:`TextFile.write`, the same descriptor; a record
+whose fields a patcher gave other types is formatted by ``format_map`` over the record, as
+loguru's handler does.
+
+A line that cannot be written (disk full, file size limit) or encoded (no memory for its
+bytes) is counted and said once (:data:`~.runfilewriter.losses`), never raised into the
+call nor a traceback per line. As with loguru's file sink, a run file deleted while
+running is not made again (the other options' descriptor looks before every line: an
+``fstat`` per line).
 """
 
 from __future__ import annotations
@@ -85,6 +90,8 @@ def _new_locks_in_child() -> None:
     """A forked child's copy of a lock another thread held is held for ever: new ones."""
     for text_file in list(_OPEN):
         text_file.lock = threading.RLock()
+        if text_file.closed:  # removed while a thread of the parent wrote a line
+            text_file.close_unused()
 
 
 os.register_at_fork(after_in_child=_new_locks_in_child)
@@ -104,9 +111,10 @@ class TextFile:
         self.middle = _middle_format(fmt)
         self.fd = os.open(path, _FLAGS, 0o666)
         self.closed = False
-        # Held around each line :meth:`emit` writes and by :meth:`stop`, so the descriptor
-        # is never closed under a line (whose number a file opened next would reuse), as
+        # Held around each line :meth:`emit` writes and to close the descriptor, so it is
+        # never closed under a line (whose number a file opened next would reuse), as
         # loguru's handler lock does for its own writes. Reentrant: a signal handler may log.
+        # Removal never waits for it (:meth:`stop`).
         self.lock = threading.RLock()
         self.torn = False  # a write was cut short: the file ends inside a line
         _OPEN.add(self)
@@ -169,19 +177,39 @@ class TextFile:
         """A line loguru formatted (the records :meth:`emit` leaves to it)."""
         # Under loguru's handler lock (as stop() is), not this file's: a thread holding
         # this one may wait for loguru's (a signal handler logging an exception).
-        self.append(safe_text(str(message)))
+        try:
+            data = safe_text(str(message))
+        except Exception as exc:  # no memory for the bytes: lost, counted as a write error
+            losses.add(self.path, exc)
+            return
+        self.append(data)
 
     def stop(self) -> None:
-        """The handler was removed: close the descriptor."""
-        with self.lock:
-            if self.closed:
-                return
-            self.closed = True
-            fd, self.fd = self.fd, -1
+        """The handler was removed (loguru holds its handler lock): close the descriptor, or
+        leave that to the line being written, whose writer closes it once written.
+
+        Never waits for :attr:`lock`: its holder may be the main thread below a signal
+        handler that logs an exception, which waits for loguru's handler lock (the two
+        threads would wait for each other)."""
+        self.closed = True  # before looking at the lock: a writer looks after releasing it
+        self.close_unused()
+
+    def close_unused(self) -> None:
+        """Close the descriptor once :meth:`stop` was called, unless a line is being written
+        (by another thread, or by this one below a signal handler): its writer calls this
+        again after the line."""
+        lock = self.lock
+        if lock._is_owned() or not lock.acquire(blocking=False):  # type: ignore[attr-defined]
+            return
         try:
-            os.close(fd)
-        except OSError:
-            pass
+            fd, self.fd = self.fd, -1  # under the lock: one caller closes it, no line after
+        finally:
+            lock.release()
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def append(self, data: bytes) -> None:
         """Write ``data`` (under :attr:`lock` or loguru's handler lock, both of which
@@ -240,10 +268,15 @@ class TextFile:
                 return
         try:
             data = text.encode()
-        except UnicodeEncodeError:  # lone surrogates (undecodable file names): escaped
-            data = text.encode("utf-8", "backslashreplace")
+        except Exception:  # lone surrogates (undecodable file names), no memory for the bytes
+            escaped = self.escaped(text)
+            if escaped is None:
+                return
+            data = escaped
         with self.lock:
             self.append(data)
+        if self.closed:  # removed while this line was written: closing is left to its writer
+            self.close_unused()
 
     def line(self, record: Any, level: Any) -> str:
         """The run-file line of a record without exception, from the cached pieces; raises
@@ -286,6 +319,16 @@ class TextFile:
         fields = {"level": level, "name": name, "function": function, "line": line}
         site = self.sites[key] = self.middle.format_map(fields)
         return site
+
+    def escaped(self, text: str) -> bytes | None:
+        """UTF-8 of a line ``str.encode`` refused: lone surrogates escaped (``\\udcff``, as
+        loguru's file sink with ``errors="backslashreplace"`` writes them); None when that
+        fails too (no memory for the bytes: the line is lost, counted as a write error)."""
+        try:
+            return text.encode("utf-8", "backslashreplace")
+        except Exception as exc:
+            losses.add(self.path, exc)
+            return None
 
     def formatted(self, record: Any) -> str | None:
         """The line as loguru's handler formats it (a record the pieces cannot make: a

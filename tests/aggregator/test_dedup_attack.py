@@ -174,20 +174,46 @@ def test_kill_9_right_after_a_rotation_in_the_middle_of_a_flush(tmp_path: Path) 
 
 CHRONO = ("--dedup-window", "200", "--en-chronological-ordering")
 CHRONO_ENV = {"NVRX_OTEL_HOLD_WINDOW_MS": "300"}
-XFAIL_CHRONO_GROUP = pytest.mark.xfail(
-    strict=True,
-    reason="with --en-chronological-ordering the merge releases a collapsed record and its"
-    " members' batches at different times, with commits between: after a kill -9 the"
-    " restart writes a member again beside the record that stands for it, or writes the"
-    " record without members that were committed as collapsed (the ledger holds; needs the"
-    " merge to release a group's batches together)",
-)
+
+KILL_AFTER_FLUSH_COMMIT = r"""
+import os, runpy, signal, sys
+from nvrx_otel.aggregator import commit, service
+flushes = int(sys.argv[1])  # kill -9 after the commit that follows this many flushes
+del sys.argv[1]
+seen = 0
+flush = service.Aggregator._flush_dedup
+def _flush_dedup(self):
+    global seen
+    flush(self)
+    seen += 1
+service.Aggregator._flush_dedup = _flush_dedup
+end = commit.Progress._end_commit
+def _end_commit(self, pending):
+    end(self, pending)  # durable: the state is on disk
+    if seen >= flushes:
+        os.kill(os.getpid(), signal.SIGKILL)
+commit.Progress._end_commit = _end_commit
+runpy.run_module("nvrx_otel.logging.aggregator", run_name="__main__", alter_sys=True)
+"""
+
+
+def _killed_after_flushes(tmp: Path, flushes: int, *args: str, env: dict[str, str]) -> int:
+    """An aggregator killed (``kill -9``) right after the first commit that follows its
+    ``flushes``-th window flush; the ``collapsed`` total that commit holds."""
+    proc = cli(
+        tmp, *args, env=env,
+        command=[sys.executable, "-c", KILL_AFTER_FLUSH_COMMIT, str(flushes)],
+    )  # fmt: skip
+    wait_for(lambda: proc.poll() is not None, timeout=60, what="the kill after a flush")
+    assert proc.returncode == -signal.SIGKILL, proc.err()
+    return _committed_collapsed(tmp)
 
 
 def _killed_while_the_merge_holds_a_member_file(tmp: Path) -> None:
     """Chronological ordering: the storm of ranks 0-3 is collapsed and written, but rank 3's
-    file also holds a later record the merge still holds, so rank 3's committed position
-    stays before its storm record. ``kill -9`` then, and a restart drains."""
+    file also holds a later record the merge still holds. The storm record's commit holds
+    rank 3's position past its storm record (its tombstone, released with the collapsed
+    record), before the later one. ``kill -9`` then, and a restart drains."""
     t0 = time.time_ns()
     for r in range(4):
         w = _writer(tmp, r)
@@ -198,10 +224,15 @@ def _killed_while_the_merge_holds_a_member_file(tmp: Path) -> None:
     first = cli(tmp, *CHRONO, env=CHRONO_ENV)
     started(tmp, first)
     wait_for(lambda: _storm_ranks(tmp) == Counter(range(4)), timeout=60, what="the storm")
-    wait_for(lambda: _committed_collapsed(tmp) == 2, timeout=60, what="its commit")
+    wait_for(lambda: _committed_collapsed(tmp) == 3, timeout=60, what="its commit")
     first.kill()
     first.wait(timeout=30)
+    assert "rank 3 later" not in _lines_text(tmp)  # still held by the merge
     _drain(tmp, *CHRONO, env=CHRONO_ENV)
+
+
+def _lines_text(tmp: Path) -> str:
+    return "\n".join(m.string for m in _lines(tmp))
 
 
 def test_kill_9_while_the_merge_holds_a_member_file_keeps_the_ledger(tmp_path: Path) -> None:
@@ -211,7 +242,6 @@ def test_kill_9_while_the_merge_holds_a_member_file_keeps_the_ledger(tmp_path: P
     _assert_ledger(tmp_path, emitted=5)
 
 
-@XFAIL_CHRONO_GROUP
 def test_kill_9_while_the_merge_holds_a_member_file_writes_no_member_twice(
     tmp_path: Path,
 ) -> None:
@@ -219,22 +249,22 @@ def test_kill_9_while_the_merge_holds_a_member_file_writes_no_member_twice(
     own beside the collapsed one that names rank 3."""
     _killed_while_the_merge_holds_a_member_file(tmp_path)
     assert _storm_ranks(tmp_path) == Counter(range(4))
+    assert sum(1 for m in _lines(tmp_path) if m["msg"] == "rank 3 later") == 1
 
 
 def _killed_while_the_merge_holds_the_collapsed_record(tmp: Path) -> None:
     """Chronological ordering: the storm of ranks 0-3 is collapsed, the collapsed record is
-    held by the merge (its time is ahead), the other ranks' batches (all collapsed) are
-    accounted and committed. ``kill -9`` then, and a restart drains."""
+    held by the merge (its time is ahead), and with it the other ranks' storm records as
+    tombstones (their batches hold nothing else). ``kill -9`` right after the commit that
+    follows the flush: it holds none of them collapsed (their positions are not committed
+    either). A restart drains."""
     t0 = time.time_ns() + 3600 * 10**9  # ahead: the merge holds it
     for r in range(4):
         w = _writer(tmp, r)
         w.log(STORM, line=42, ts=t0 + r)
         w.close()
-    first = cli(tmp, *CHRONO, env=CHRONO_ENV)
-    started(tmp, first)
-    wait_for(lambda: _committed_collapsed(tmp) == 3, timeout=60, what="the commit")
-    first.kill()
-    first.wait(timeout=30)
+    assert _killed_after_flushes(tmp, 1, *CHRONO, env=CHRONO_ENV) == 0
+    assert _storm_ranks(tmp) == Counter()
     _drain(tmp, *CHRONO, env=CHRONO_ENV)
 
 
@@ -245,7 +275,6 @@ def test_kill_9_while_the_merge_holds_the_collapsed_record_keeps_the_ledger(
     _assert_ledger(tmp_path, emitted=4)
 
 
-@XFAIL_CHRONO_GROUP
 def test_kill_9_while_the_merge_holds_the_collapsed_record_keeps_its_ranks(
     tmp_path: Path,
 ) -> None:

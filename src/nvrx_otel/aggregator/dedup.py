@@ -26,12 +26,19 @@ than the first held chunk (``first_start``). A restart reads a window that was n
 and committed again, and collapses it again: no record is both collapsed and written, none
 is lost. A window is flushed whole, so after a flush no file has a record held back behind
 one passed on. A window straddling a flush gives two collapsed records, not one.
+
+With the chronological merge (``tombstones=True``) the records taken out are also marked
+on their chunks (:attr:`Chunk.tombs`, with each collapsed record's group in
+:attr:`Chunk.leads`): the merge keeps them as tombstones at their file positions, keyed as
+the record they were collapsed into, so it releases them together and a commit holds the
+collapsed record exactly when it holds its members' positions (``merge.add_window``).
 """
 
 from __future__ import annotations
 
 import operator
 import time
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -97,8 +104,10 @@ class DedupWindow:
         *,
         max_held: int = MAX_HELD,
         clock: Callable[[], float] = time.monotonic,
+        tombstones: bool = False,
     ) -> None:
         self.window_s = window_ms / 1000
+        self.tombstones = tombstones  # mark what is taken out (Chunk.tombs, Chunk.leads)
         self.window_ns = window_ms * 1_000_000
         self.max_held = max_held
         self.clock = clock
@@ -200,7 +209,8 @@ class DedupWindow:
                 slot.place((ci, ri), rank, ts, window)
         groups = [g for slot in slots for g in slot.groups if len(g.members) > 1]
         gone: dict[int, set[int]] = {}
-        for g in groups:
+        links: dict[tuple[int, int], int] = {}  # (chunk, record) -> group, with tombstones
+        for gid, g in enumerate(groups):
             ci, ri = g.leader
             chunk = chunks[ci]
             leader = chunk.records[ri]
@@ -216,8 +226,13 @@ class DedupWindow:
             for at in g.members:
                 if at != g.leader:
                     gone.setdefault(at[0], set()).add(at[1])
+            if self.tombstones:
+                for at in g.members:
+                    links[at] = gid
             self.collapsed += len(g.members) - 1
             self.groups += 1
+        if links:
+            _mark(chunks, gone, links)
         for ci, indices in gone.items():
             _remove(chunks[ci], indices)
 
@@ -248,6 +263,29 @@ def _with_extras(key: Key | None, d: dict[str, Any]) -> Key | None:
         except (TypeError, orjson.JSONEncodeError):
             return None
     return (*key, d.get("exc"), attrs)
+
+
+def _mark(
+    chunks: list[Chunk], gone: dict[int, set[int]], links: dict[tuple[int, int], int]
+) -> None:
+    """Give each chunk its tombstones (the records about to be taken out: where each stood
+    among the records left, its end offset, time and group) and its collapsed records'
+    groups (:attr:`Chunk.tombs`, :attr:`Chunk.leads`), for the chronological merge."""
+    taken = {ci: sorted(indices) for ci, indices in gone.items()}
+    for (ci, ri), gid in sorted(links.items()):
+        chunk = chunks[ci]
+        indices = taken.get(ci, ())
+        before = bisect_left(indices, ri)
+        if before < len(indices) and indices[before] == ri:
+            ends = chunk.ends
+            end = ends[ri] if ends is not None else chunk.end
+            if chunk.tombs is None:
+                chunk.tombs = []
+            chunk.tombs.append((ri - before, end, chunk.records[ri]["ts"], gid))
+        else:
+            if chunk.leads is None:
+                chunk.leads = {}
+            chunk.leads[ri - before] = gid
 
 
 def _remove(chunk: Chunk, indices: set[int]) -> None:

@@ -418,8 +418,11 @@ class Aggregator(Progress):
         # limit by one window; the next write rotates it)
         self._out.rotation_held = True
         try:
-            for chunk, start in chunks:
-                self._pass_on(chunk, start)
+            if self._merge is not None:
+                self._pass_on_merged(chunks)
+            else:
+                for chunk, start in chunks:
+                    self._pass_on(chunk, start)
         finally:
             self._out.rotation_held = False
             dedup.passed()
@@ -440,6 +443,28 @@ class Aggregator(Progress):
             f.done = chunk.end
         for sink in self._sinks.values():
             sink.take(chunk, start)
+
+    def _pass_on_merged(self, chunks: list[tuple[Chunk, int]]) -> None:
+        """:meth:`_pass_on` a flushed window's batches to the chronological merge at once:
+        it keys a collapsed record and the records taken out for it (tombstones) alike,
+        so that they are released, written and committed together."""
+        merge = self._merge
+        assert merge is not None
+        out = self._out
+        merge.add_window([(c, out.texts(c)) for c, _ in chunks if c.records or c.tombs])
+        for chunk, start in chunks:
+            f = chunk.file
+            self.health.dropped += chunk.dropped
+            self.health.corrupt += chunk.corrupt
+            self._totals["dropped"] += chunk.dropped
+            self._totals["corrupt"] += chunk.corrupt
+            self._dirty = True
+            if not chunk.records and not chunk.tombs:
+                out.chunk(chunk)
+            if not f.held:
+                f.done = chunk.end
+            for sink in self._sinks.values():
+                sink.take(chunk, start)
 
     # --- stopping and health ----------------------------------------------------------------
 

@@ -283,6 +283,78 @@ def test_kill_9_while_the_merge_holds_the_collapsed_record_keeps_its_ranks(
     assert _storm_ranks(tmp_path) == Counter(range(4))
 
 
+@pytest.mark.parametrize("flushes", [1, 2, 3])
+def test_kill_9_after_any_flush_with_groups_interleaved_across_writers(
+    tmp_path: Path, flushes: int
+) -> None:
+    """Chronological ordering, six ranks writing in three phases while the aggregator runs,
+    one window each: storm #1 of every rank, rank 2 then logging a record an hour ahead (so
+    every later record of rank 2, its storm records too, waits in the merge until the
+    drain); storms #2 and #3 crossing (even ranks log #2 then #3, odd ranks #3 then #2);
+    storm #4 with rank 4's an hour ahead (its group waits for it). ``kill -9`` right after
+    the commit that follows the first, second or third flush, the rest written while no
+    aggregator runs, then a restart drains. Each storm's ranks are in exactly one node-log
+    record each, every other record is there once, and the ledger holds."""
+    ranks = range(6)
+    writers = {r: _writer(tmp_path, r) for r in ranks}
+    marker = _writer(tmp_path, None)
+    hour = 3600 * 10**9
+    emitted = 0
+
+    def storm(r: int, k: int, ts: int) -> None:
+        nonlocal emitted
+        writers[r].log(f"{STORM} #{k}", line=40 + k, lvl="ERROR", ts=ts)
+        emitted += 1
+
+    def own(r: int, msg: str, ts: int) -> None:
+        nonlocal emitted
+        writers[r].log(msg, ts=ts)
+        emitted += 1
+
+    def phase_1(t: int) -> None:
+        for r in ranks:
+            own(r, f"rank {r} phase 1", t)
+            storm(r, 1, t + r)
+        own(2, "rank 2 an hour ahead", t + hour)
+
+    def phase_2(t: int) -> None:
+        for r in ranks:
+            own(r, f"rank {r} phase 2", t)
+            first, second = (2, 3) if r % 2 == 0 else (3, 2)
+            storm(r, first, t + r)
+            storm(r, second, t + r + 10)
+
+    def phase_3(t: int) -> None:
+        for r in ranks:
+            own(r, f"rank {r} phase 3", t)
+            storm(r, 4, t + r + (hour if r == 4 else 0))
+
+    proc = cli(
+        tmp_path, *CHRONO, env=CHRONO_ENV,
+        command=[sys.executable, "-c", KILL_AFTER_FLUSH_COMMIT, str(flushes)],
+    )  # fmt: skip
+    for p, phase in enumerate([phase_1, phase_2, phase_3], 1):
+        phase(time.time_ns())
+        marker.log(f"phase {p} written")  # rankless: never collapsed, never ahead
+        emitted += 1
+        wait_for(
+            lambda p=p: proc.poll() is not None or f"phase {p} written" in _lines_text(tmp_path),
+            timeout=60,
+            what=f"phase {p} in the node log, or the kill",
+        )
+    wait_for(lambda: proc.poll() is not None, timeout=60, what="the kill after a flush")
+    assert proc.returncode == -signal.SIGKILL, proc.err()
+    for w in [*writers.values(), marker]:
+        w.close()
+    _drain(tmp_path, *CHRONO, env=CHRONO_ENV)
+    for k in range(1, 5):
+        assert _storm_ranks(tmp_path, f"{STORM} #{k}") == Counter(ranks), k
+    others = Counter(m["msg"] for m in _lines(tmp_path) if not m["msg"].startswith(STORM))
+    assert set(others.values()) == {1}, others
+    assert len(others) == 6 * 3 + 1 + 3
+    _assert_ledger(tmp_path, emitted=emitted)
+
+
 # --- what collapses and what does not, through a real aggregator ---------------------------
 
 

@@ -19,6 +19,13 @@ keeps only their texts and timestamps: the records are freed as soon as they are
 without the merge, instead of piling up for a cycle (a catch-up holds thousands at a time,
 and the memory they free at once goes back to the system, only to be faulted in again by
 the next cycle's).
+
+With storm de-duplication (``dedup.py``) a flushed window comes in whole
+(:meth:`ChronoMerge.add_window`): the records collapsed into another wait as tombstones at
+their file positions, under the same key as the record they were collapsed into, so one
+``pop`` releases a group whole and the commit after it holds the collapsed record exactly
+when it holds its members' positions. Tombstones are never written; their pieces count
+them as collapsed.
 """
 
 from __future__ import annotations

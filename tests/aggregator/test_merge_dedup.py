@@ -93,7 +93,9 @@ def test_every_record_is_written_or_collapsed_once_and_committed_with_its_group(
         n = data.draw(st.integers(1, 12), label=f"records of {w}")
         kinds = data.draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n))
         stamps = data.draw(st.lists(st.integers(0, 100), min_size=n, max_size=n))
-        records.append([_record(w, i, k, ts) for i, (k, ts) in enumerate(zip(kinds, stamps))])
+        records.append(
+            [_record(w, i, k, ts) for i, (k, ts) in enumerate(zip(kinds, stamps, strict=True))]
+        )
         uid_at.update({(w, 10 * (i + 1)): f"{w}:{i}" for i in range(n)})
     # reading order: chunks of each writer, interleaved, cut into windows
     read = [0] * writers

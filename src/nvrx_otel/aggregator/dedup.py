@@ -209,7 +209,10 @@ class DedupWindow:
                 slot.place((ci, ri), rank, ts, window)
         groups = [g for slot in slots for g in slot.groups if len(g.members) > 1]
         gone: dict[int, set[int]] = {}
-        links: dict[tuple[int, int], int] = {}  # (chunk, record) -> group, with tombstones
+        # with tombstones: (chunk, record) -> group of the records taken out, and the leaders
+        links: dict[tuple[int, int], int] = {}
+        leads: list[tuple[tuple[int, int], int]] = []
+        tombstones = self.tombstones
         for gid, g in enumerate(groups):
             ci, ri = g.leader
             chunk = chunks[ci]
@@ -226,13 +229,14 @@ class DedupWindow:
             for at in g.members:
                 if at != g.leader:
                     gone.setdefault(at[0], set()).add(at[1])
-            if self.tombstones:
-                for at in g.members:
-                    links[at] = gid
+                    if tombstones:
+                        links[at] = gid
+            if tombstones:
+                leads.append((g.leader, gid))
             self.collapsed += len(g.members) - 1
             self.groups += 1
-        if links:
-            _mark(chunks, gone, links)
+        if leads:
+            _mark(chunks, gone, links, leads)
         for ci, indices in gone.items():
             _remove(chunks[ci], indices)
 
@@ -266,26 +270,30 @@ def _with_extras(key: Key | None, d: dict[str, Any]) -> Key | None:
 
 
 def _mark(
-    chunks: list[Chunk], gone: dict[int, set[int]], links: dict[tuple[int, int], int]
+    chunks: list[Chunk],
+    gone: dict[int, set[int]],
+    links: dict[tuple[int, int], int],
+    leads: list[tuple[tuple[int, int], int]],
 ) -> None:
     """Give each chunk its tombstones (the records about to be taken out: where each stood
     among the records left, its end offset, time and group) and its collapsed records'
     groups (:attr:`Chunk.tombs`, :attr:`Chunk.leads`), for the chronological merge."""
-    taken = {ci: sorted(indices) for ci, indices in gone.items()}
-    for (ci, ri), gid in sorted(links.items()):
+    taken: dict[int, list[int]] = {}
+    for ci, indices in gone.items():
         chunk = chunks[ci]
-        indices = taken.get(ci, ())
-        before = bisect_left(indices, ri)
-        if before < len(indices) and indices[before] == ri:
-            ends = chunk.ends
-            end = ends[ri] if ends is not None else chunk.end
-            if chunk.tombs is None:
-                chunk.tombs = []
-            chunk.tombs.append((ri - before, end, chunk.records[ri]["ts"], gid))
-        else:
-            if chunk.leads is None:
-                chunk.leads = {}
-            chunk.leads[ri - before] = gid
+        records = chunk.records
+        ends = chunk.ends
+        order = taken[ci] = sorted(indices)
+        chunk.tombs = [
+            # the k-th taken out stood before the record left at ri - k
+            (ri - k, chunk.end if ends is None else ends[ri], records[ri]["ts"], links[ci, ri])
+            for k, ri in enumerate(order)
+        ]
+    for (ci, ri), gid in leads:
+        chunk = chunks[ci]
+        if chunk.leads is None:
+            chunk.leads = {}
+        chunk.leads[ri - bisect_left(taken.get(ci, ()), ri)] = gid
 
 
 def _remove(chunk: Chunk, indices: set[int]) -> None:

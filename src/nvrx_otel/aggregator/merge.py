@@ -187,12 +187,14 @@ class ChronoMerge:
             w = chunk.file.writer
             keys = _running(e.stamps, last[w] if w in last else self._last_key(w))
             last[w] = keys[-1]
+            before = chain.get(w)
             for i, g in e.links:
-                top[g] = max(top.get(g, keys[i]), keys[i])
-                before = chain.get(w)
+                k = keys[i]
+                if top.get(g, k) <= k:
+                    top[g] = k
                 if before is not None and before != g:
                     after.setdefault(before, set()).add(g)
-                chain[w] = g
+                before = chain[w] = g
         key = _group_keys(top, after)
         last = {}
         for chunk, e in zip((c for c, _ in chunks), entries, strict=True):
@@ -348,8 +350,18 @@ class _Entries:
                 self.weights[i] = count
         if not tombs:
             return
+        n = len(tombs)
+        if not records:  # all collapsed into others (most of a storm's batches)
+            self.records = [_TOMB] * n
+            self.ends = [t[1] for t in tombs]
+            self.stamps = [t[2] for t in tombs]
+            self.texts = None if texts is None else [""] * n
+            self.tombs = list(range(n))
+            self.weights = [1] * n
+            self.links = [(i, t[3]) for i, t in enumerate(tombs)]
+            return
         # the tombstones go in before the record each stood before (in file order)
-        n = len(records) + len(tombs)
+        n += len(records)
         where = [0] * len(records)  # record index -> entry index
         self.records = []
         self.ends = []

@@ -429,20 +429,11 @@ class Aggregator(Progress):
 
     def _pass_on(self, chunk: Chunk, start: int) -> None:
         """A batch read from ``chunk.file`` at ``start``: to the node log, then the sinks."""
-        f = chunk.file
-        self.health.dropped += chunk.dropped
-        self.health.corrupt += chunk.corrupt
-        self._totals["dropped"] += chunk.dropped
-        self._totals["corrupt"] += chunk.corrupt
-        self._dirty = True
-        if self._merge is not None and chunk.records:  # formatted now, while in the CPU's cache
+        merged = self._merge is not None and bool(chunk.records)
+        if merged:  # formatted now, while in the CPU's cache
+            assert self._merge is not None
             self._merge.add(chunk, self._out.texts(chunk))
-        else:  # (a batch whose records all collapsed into others: accounted at once)
-            self._out.chunk(chunk)
-        if not f.held:
-            f.done = chunk.end
-        for sink in self._sinks.values():
-            sink.take(chunk, start)
+        self._passed(chunk, start, merged)
 
     def _pass_on_merged(self, chunks: list[tuple[Chunk, int]]) -> None:
         """:meth:`_pass_on` a flushed window's batches to the chronological merge at once:
@@ -453,18 +444,23 @@ class Aggregator(Progress):
         out = self._out
         merge.add_window([(c, out.texts(c)) for c, _ in chunks if c.records or c.tombs])
         for chunk, start in chunks:
-            f = chunk.file
-            self.health.dropped += chunk.dropped
-            self.health.corrupt += chunk.corrupt
-            self._totals["dropped"] += chunk.dropped
-            self._totals["corrupt"] += chunk.corrupt
-            self._dirty = True
-            if not chunk.records and not chunk.tombs:
-                out.chunk(chunk)
-            if not f.held:
-                f.done = chunk.end
-            for sink in self._sinks.values():
-                sink.take(chunk, start)
+            self._passed(chunk, start, bool(chunk.records or chunk.tombs))
+
+    def _passed(self, chunk: Chunk, start: int, merged: bool) -> None:
+        """The rest of passing a batch on: its losses counted, its records to the node log
+        unless the merge holds them, its file's position, the sinks."""
+        f = chunk.file
+        self.health.dropped += chunk.dropped
+        self.health.corrupt += chunk.corrupt
+        self._totals["dropped"] += chunk.dropped
+        self._totals["corrupt"] += chunk.corrupt
+        self._dirty = True
+        if not merged:  # (a batch whose records all collapsed into others: accounted at once)
+            self._out.chunk(chunk)
+        if not f.held:
+            f.done = chunk.end
+        for sink in self._sinks.values():
+            sink.take(chunk, start)
 
     # --- stopping and health ----------------------------------------------------------------
 

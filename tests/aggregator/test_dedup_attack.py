@@ -135,11 +135,15 @@ runpy.run_module("nvrx_otel.logging.aggregator", run_name="__main__", alter_sys=
 """
 
 
-def test_kill_9_right_after_a_rotation_in_the_middle_of_a_flush(tmp_path: Path) -> None:
-    """The node log reaches its size limit while a flushed window is being written: the
-    rotation commits. ``kill -9`` right after that commit, then a restart: every rank's
-    storm record is in exactly one node-log record, and kept + collapsed = emitted (the
-    commit did not hold the whole window's collapsed count with part of it unwritten)."""
+@pytest.mark.parametrize("chrono", [False, True], ids=["reading-order", "chronological"])
+def test_kill_9_right_after_a_rotation_in_the_middle_of_a_flush(
+    tmp_path: Path, chrono: bool
+) -> None:
+    """The node log reaches its size limit while a flushed window is being written (with
+    ``--en-chronological-ordering``: while the merge releases it): the rotation commits.
+    ``kill -9`` right after that commit, then a restart: every rank's storm record is in
+    exactly one node-log record, and kept + collapsed = emitted (the commit did not hold
+    the whole window's collapsed count with part of it unwritten)."""
     ranks = range(8)
     for r in ranks:
         w = _writer(tmp_path, r)
@@ -148,8 +152,12 @@ def test_kill_9_right_after_a_rotation_in_the_middle_of_a_flush(tmp_path: Path) 
         w.log(STORM, line=42)
         w.close()
     env = {"NVRX_OTEL_NODE_LOG_MAX_MB": "0.0005"}  # about 520 bytes: rotates on every chunk
+    args = ["--dedup-window", "300"]
+    if chrono:
+        args.append("--en-chronological-ordering")
+        env["NVRX_OTEL_HOLD_WINDOW_MS"] = "100"
     first = cli(
-        tmp_path, "--dedup-window", "300", env=env,
+        tmp_path, *args, env=env,
         command=[sys.executable, "-c", KILL_AFTER_ROTATION],
     )  # fmt: skip
     wait_for(
@@ -163,7 +171,7 @@ def test_kill_9_right_after_a_rotation_in_the_middle_of_a_flush(tmp_path: Path) 
     first.kill()  # kill -9 (again)
     first.wait(timeout=30)
     assert first.returncode == -signal.SIGKILL, first.err()
-    second = cli(tmp_path, "--dedup-window", "300", env=env)
+    second = cli(tmp_path, *args, env=env)
     started(tmp_path, second)
     (tmp_path / "done").touch()
     code, err = finish(second, timeout=60)

@@ -135,11 +135,15 @@ runpy.run_module("nvrx_otel.logging.aggregator", run_name="__main__", alter_sys=
 """
 
 
-def test_kill_9_right_after_a_rotation_in_the_middle_of_a_flush(tmp_path: Path) -> None:
-    """The node log reaches its size limit while a flushed window is being written: the
-    rotation commits. ``kill -9`` right after that commit, then a restart: every rank's
-    storm record is in exactly one node-log record, and kept + collapsed = emitted (the
-    commit did not hold the whole window's collapsed count with part of it unwritten)."""
+@pytest.mark.parametrize("chrono", [False, True], ids=["reading-order", "chronological"])
+def test_kill_9_right_after_a_rotation_in_the_middle_of_a_flush(
+    tmp_path: Path, chrono: bool
+) -> None:
+    """The node log reaches its size limit while a flushed window is being written (with
+    ``--en-chronological-ordering``: while the merge releases it): the rotation commits.
+    ``kill -9`` right after that commit, then a restart: every rank's storm record is in
+    exactly one node-log record, and kept + collapsed = emitted (the commit did not hold
+    the whole window's collapsed count with part of it unwritten)."""
     ranks = range(8)
     for r in ranks:
         w = _writer(tmp_path, r)
@@ -148,8 +152,12 @@ def test_kill_9_right_after_a_rotation_in_the_middle_of_a_flush(tmp_path: Path) 
         w.log(STORM, line=42)
         w.close()
     env = {"NVRX_OTEL_NODE_LOG_MAX_MB": "0.0005"}  # about 520 bytes: rotates on every chunk
+    args = ["--dedup-window", "300"]
+    if chrono:
+        args.append("--en-chronological-ordering")
+        env["NVRX_OTEL_HOLD_WINDOW_MS"] = "100"
     first = cli(
-        tmp_path, "--dedup-window", "300", env=env,
+        tmp_path, *args, env=env,
         command=[sys.executable, "-c", KILL_AFTER_ROTATION],
     )  # fmt: skip
     wait_for(
@@ -163,7 +171,7 @@ def test_kill_9_right_after_a_rotation_in_the_middle_of_a_flush(tmp_path: Path) 
     first.kill()  # kill -9 (again)
     first.wait(timeout=30)
     assert first.returncode == -signal.SIGKILL, first.err()
-    second = cli(tmp_path, "--dedup-window", "300", env=env)
+    second = cli(tmp_path, *args, env=env)
     started(tmp_path, second)
     (tmp_path / "done").touch()
     code, err = finish(second, timeout=60)
@@ -174,20 +182,46 @@ def test_kill_9_right_after_a_rotation_in_the_middle_of_a_flush(tmp_path: Path) 
 
 CHRONO = ("--dedup-window", "200", "--en-chronological-ordering")
 CHRONO_ENV = {"NVRX_OTEL_HOLD_WINDOW_MS": "300"}
-XFAIL_CHRONO_GROUP = pytest.mark.xfail(
-    strict=True,
-    reason="with --en-chronological-ordering the merge releases a collapsed record and its"
-    " members' batches at different times, with commits between: after a kill -9 the"
-    " restart writes a member again beside the record that stands for it, or writes the"
-    " record without members that were committed as collapsed (the ledger holds; needs the"
-    " merge to release a group's batches together)",
-)
+
+KILL_AFTER_FLUSH_COMMIT = r"""
+import os, runpy, signal, sys
+from nvrx_otel.aggregator import commit, service
+flushes = int(sys.argv[1])  # kill -9 after the commit that follows this many flushes
+del sys.argv[1]
+seen = 0
+flush = service.Aggregator._flush_dedup
+def _flush_dedup(self):
+    global seen
+    flush(self)
+    seen += 1
+service.Aggregator._flush_dedup = _flush_dedup
+end = commit.Progress._end_commit
+def _end_commit(self, pending):
+    end(self, pending)  # durable: the state is on disk
+    if seen >= flushes:
+        os.kill(os.getpid(), signal.SIGKILL)
+commit.Progress._end_commit = _end_commit
+runpy.run_module("nvrx_otel.logging.aggregator", run_name="__main__", alter_sys=True)
+"""
+
+
+def _killed_after_flushes(tmp: Path, flushes: int, *args: str, env: dict[str, str]) -> int:
+    """An aggregator killed (``kill -9``) right after the first commit that follows its
+    ``flushes``-th window flush; the ``collapsed`` total that commit holds."""
+    proc = cli(
+        tmp, *args, env=env,
+        command=[sys.executable, "-c", KILL_AFTER_FLUSH_COMMIT, str(flushes)],
+    )  # fmt: skip
+    wait_for(lambda: proc.poll() is not None, timeout=60, what="the kill after a flush")
+    assert proc.returncode == -signal.SIGKILL, proc.err()
+    return _committed_collapsed(tmp)
 
 
 def _killed_while_the_merge_holds_a_member_file(tmp: Path) -> None:
     """Chronological ordering: the storm of ranks 0-3 is collapsed and written, but rank 3's
-    file also holds a later record the merge still holds, so rank 3's committed position
-    stays before its storm record. ``kill -9`` then, and a restart drains."""
+    file also holds a later record the merge still holds. The storm record's commit holds
+    rank 3's position past its storm record (its tombstone, released with the collapsed
+    record), before the later one. ``kill -9`` then, and a restart drains."""
     t0 = time.time_ns()
     for r in range(4):
         w = _writer(tmp, r)
@@ -198,10 +232,15 @@ def _killed_while_the_merge_holds_a_member_file(tmp: Path) -> None:
     first = cli(tmp, *CHRONO, env=CHRONO_ENV)
     started(tmp, first)
     wait_for(lambda: _storm_ranks(tmp) == Counter(range(4)), timeout=60, what="the storm")
-    wait_for(lambda: _committed_collapsed(tmp) == 2, timeout=60, what="its commit")
+    wait_for(lambda: _committed_collapsed(tmp) == 3, timeout=60, what="its commit")
     first.kill()
     first.wait(timeout=30)
+    assert "rank 3 later" not in _lines_text(tmp)  # still held by the merge
     _drain(tmp, *CHRONO, env=CHRONO_ENV)
+
+
+def _lines_text(tmp: Path) -> str:
+    return "\n".join(m.string for m in _lines(tmp))
 
 
 def test_kill_9_while_the_merge_holds_a_member_file_keeps_the_ledger(tmp_path: Path) -> None:
@@ -211,7 +250,6 @@ def test_kill_9_while_the_merge_holds_a_member_file_keeps_the_ledger(tmp_path: P
     _assert_ledger(tmp_path, emitted=5)
 
 
-@XFAIL_CHRONO_GROUP
 def test_kill_9_while_the_merge_holds_a_member_file_writes_no_member_twice(
     tmp_path: Path,
 ) -> None:
@@ -219,22 +257,22 @@ def test_kill_9_while_the_merge_holds_a_member_file_writes_no_member_twice(
     own beside the collapsed one that names rank 3."""
     _killed_while_the_merge_holds_a_member_file(tmp_path)
     assert _storm_ranks(tmp_path) == Counter(range(4))
+    assert sum(1 for m in _lines(tmp_path) if m["msg"] == "rank 3 later") == 1
 
 
 def _killed_while_the_merge_holds_the_collapsed_record(tmp: Path) -> None:
     """Chronological ordering: the storm of ranks 0-3 is collapsed, the collapsed record is
-    held by the merge (its time is ahead), the other ranks' batches (all collapsed) are
-    accounted and committed. ``kill -9`` then, and a restart drains."""
+    held by the merge (its time is ahead), and with it the other ranks' storm records as
+    tombstones (their batches hold nothing else). ``kill -9`` right after the commit that
+    follows the flush: it holds none of them collapsed (their positions are not committed
+    either). A restart drains."""
     t0 = time.time_ns() + 3600 * 10**9  # ahead: the merge holds it
     for r in range(4):
         w = _writer(tmp, r)
         w.log(STORM, line=42, ts=t0 + r)
         w.close()
-    first = cli(tmp, *CHRONO, env=CHRONO_ENV)
-    started(tmp, first)
-    wait_for(lambda: _committed_collapsed(tmp) == 3, timeout=60, what="the commit")
-    first.kill()
-    first.wait(timeout=30)
+    assert _killed_after_flushes(tmp, 1, *CHRONO, env=CHRONO_ENV) == 0
+    assert _storm_ranks(tmp) == Counter()
     _drain(tmp, *CHRONO, env=CHRONO_ENV)
 
 
@@ -245,13 +283,84 @@ def test_kill_9_while_the_merge_holds_the_collapsed_record_keeps_the_ledger(
     _assert_ledger(tmp_path, emitted=4)
 
 
-@XFAIL_CHRONO_GROUP
 def test_kill_9_while_the_merge_holds_the_collapsed_record_keeps_its_ranks(
     tmp_path: Path,
 ) -> None:
     """... and the restart's record still stands for all four ranks."""
     _killed_while_the_merge_holds_the_collapsed_record(tmp_path)
     assert _storm_ranks(tmp_path) == Counter(range(4))
+
+
+@pytest.mark.parametrize("flushes", [1, 2, 3])
+def test_kill_9_after_any_flush_with_groups_interleaved_across_writers(
+    tmp_path: Path, flushes: int
+) -> None:
+    """Chronological ordering, six ranks writing in three phases while the aggregator runs,
+    one window each: storm #1 of every rank, rank 2 then logging a record an hour ahead (so
+    every later record of rank 2, its storm records too, waits in the merge until the
+    drain); storms #2 and #3 crossing (even ranks log #2 then #3, odd ranks #3 then #2);
+    storm #4 with rank 4's an hour ahead (its group waits for it). ``kill -9`` right after
+    the commit that follows the first, second or third flush, the rest written while no
+    aggregator runs, then a restart drains. Each storm's ranks are in exactly one node-log
+    record each, every other record is there once, and the ledger holds."""
+    ranks = range(6)
+    writers = {r: _writer(tmp_path, r) for r in ranks}
+    marker = _writer(tmp_path, None)
+    hour = 3600 * 10**9
+    emitted = 0
+
+    def storm(r: int, k: int, ts: int) -> None:
+        nonlocal emitted
+        writers[r].log(f"{STORM} #{k}", line=40 + k, lvl="ERROR", ts=ts)
+        emitted += 1
+
+    def own(r: int, msg: str, ts: int) -> None:
+        nonlocal emitted
+        writers[r].log(msg, ts=ts)
+        emitted += 1
+
+    def phase_1(t: int) -> None:
+        for r in ranks:
+            own(r, f"rank {r} phase 1", t)
+            storm(r, 1, t + r)
+        own(2, "rank 2 an hour ahead", t + hour)
+
+    def phase_2(t: int) -> None:
+        for r in ranks:
+            own(r, f"rank {r} phase 2", t)
+            first, second = (2, 3) if r % 2 == 0 else (3, 2)
+            storm(r, first, t + r)
+            storm(r, second, t + r + 10)
+
+    def phase_3(t: int) -> None:
+        for r in ranks:
+            own(r, f"rank {r} phase 3", t)
+            storm(r, 4, t + r + (hour if r == 4 else 0))
+
+    proc = cli(
+        tmp_path, *CHRONO, env=CHRONO_ENV,
+        command=[sys.executable, "-c", KILL_AFTER_FLUSH_COMMIT, str(flushes)],
+    )  # fmt: skip
+    for p, phase in enumerate([phase_1, phase_2, phase_3], 1):
+        phase(time.time_ns())
+        marker.log(f"phase {p} written")  # rankless: never collapsed, never ahead
+        emitted += 1
+        wait_for(
+            lambda p=p: proc.poll() is not None or f"phase {p} written" in _lines_text(tmp_path),
+            timeout=60,
+            what=f"phase {p} in the node log, or the kill",
+        )
+    wait_for(lambda: proc.poll() is not None, timeout=60, what="the kill after a flush")
+    assert proc.returncode == -signal.SIGKILL, proc.err()
+    for w in [*writers.values(), marker]:
+        w.close()
+    _drain(tmp_path, *CHRONO, env=CHRONO_ENV)
+    for k in range(1, 5):
+        assert _storm_ranks(tmp_path, f"{STORM} #{k}") == Counter(ranks), k
+    others = Counter(m["msg"] for m in _lines(tmp_path) if not m["msg"].startswith(STORM))
+    assert set(others.values()) == {1}, others
+    assert len(others) == 6 * 3 + 1 + 3
+    _assert_ledger(tmp_path, emitted=emitted)
 
 
 # --- what collapses and what does not, through a real aggregator ---------------------------

@@ -72,7 +72,8 @@ class Progress:
     def _new_dedup(self) -> DedupWindow | None:
         if self.config.dedup_window_ms <= 0:
             return None
-        return DedupWindow(self.config.dedup_window_ms)
+        # with the merge, what is taken out stays there as tombstones (merge.add_window)
+        return DedupWindow(self.config.dedup_window_ms, tombstones=self.config.chrono)
 
     def _recover(self) -> None:
         """Resume from the last commit: node log truncated to the committed length,

@@ -26,12 +26,19 @@ than the first held chunk (``first_start``). A restart reads a window that was n
 and committed again, and collapses it again: no record is both collapsed and written, none
 is lost. A window is flushed whole, so after a flush no file has a record held back behind
 one passed on. A window straddling a flush gives two collapsed records, not one.
+
+With the chronological merge (``tombstones=True``) the records taken out are also marked
+on their chunks (:attr:`Chunk.tombs`, with each collapsed record's group in
+:attr:`Chunk.leads`): the merge keeps them as tombstones at their file positions, keyed as
+the record they were collapsed into, so it releases them together and a commit holds the
+collapsed record exactly when it holds its members' positions (``merge.add_window``).
 """
 
 from __future__ import annotations
 
 import operator
 import time
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -97,8 +104,10 @@ class DedupWindow:
         *,
         max_held: int = MAX_HELD,
         clock: Callable[[], float] = time.monotonic,
+        tombstones: bool = False,
     ) -> None:
         self.window_s = window_ms / 1000
+        self.tombstones = tombstones  # mark what is taken out (Chunk.tombs, Chunk.leads)
         self.window_ns = window_ms * 1_000_000
         self.max_held = max_held
         self.clock = clock
@@ -200,7 +209,11 @@ class DedupWindow:
                 slot.place((ci, ri), rank, ts, window)
         groups = [g for slot in slots for g in slot.groups if len(g.members) > 1]
         gone: dict[int, set[int]] = {}
-        for g in groups:
+        # with tombstones: (chunk, record) -> group of the records taken out, and the leaders
+        links: dict[tuple[int, int], int] = {}
+        leads: list[tuple[tuple[int, int], int]] = []
+        tombstones = self.tombstones
+        for gid, g in enumerate(groups):
             ci, ri = g.leader
             chunk = chunks[ci]
             leader = chunk.records[ri]
@@ -216,8 +229,14 @@ class DedupWindow:
             for at in g.members:
                 if at != g.leader:
                     gone.setdefault(at[0], set()).add(at[1])
+                    if tombstones:
+                        links[at] = gid
+            if tombstones:
+                leads.append((g.leader, gid))
             self.collapsed += len(g.members) - 1
             self.groups += 1
+        if leads:
+            _mark(chunks, gone, links, leads)
         for ci, indices in gone.items():
             _remove(chunks[ci], indices)
 
@@ -248,6 +267,33 @@ def _with_extras(key: Key | None, d: dict[str, Any]) -> Key | None:
         except (TypeError, orjson.JSONEncodeError):
             return None
     return (*key, d.get("exc"), attrs)
+
+
+def _mark(
+    chunks: list[Chunk],
+    gone: dict[int, set[int]],
+    links: dict[tuple[int, int], int],
+    leads: list[tuple[tuple[int, int], int]],
+) -> None:
+    """Give each chunk its tombstones (the records about to be taken out: where each stood
+    among the records left, its end offset, time and group) and its collapsed records'
+    groups (:attr:`Chunk.tombs`, :attr:`Chunk.leads`), for the chronological merge."""
+    taken: dict[int, list[int]] = {}
+    for ci, indices in gone.items():
+        chunk = chunks[ci]
+        records = chunk.records
+        ends = chunk.ends
+        order = taken[ci] = sorted(indices)
+        chunk.tombs = [
+            # the k-th taken out stood before the record left at ri - k
+            (ri - k, chunk.end if ends is None else ends[ri], records[ri]["ts"], links[ci, ri])
+            for k, ri in enumerate(order)
+        ]
+    for (ci, ri), gid in leads:
+        chunk = chunks[ci]
+        if chunk.leads is None:
+            chunk.leads = {}
+        chunk.leads[ri - bisect_left(taken.get(ci, ()), ri)] = gid
 
 
 def _remove(chunk: Chunk, indices: set[int]) -> None:

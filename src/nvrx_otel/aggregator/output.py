@@ -81,8 +81,11 @@ class Output:
         """Write records released by the chronological merge and advance each file's
         ``done`` to the last of its records written (to all it read when none is held).
         Released without the records (the merge keeps none when no record sink wants
-        them), their texts stand for them."""
-        if not released.count:
+        them), their texts stand for them. Tombstones (records collapsed into another,
+        ``merge.ChronoMerge.add_window``) are not written, but their files' positions
+        advance past them and they are counted collapsed, with the record they were
+        collapsed into (released together)."""
+        if not released.pieces:
             return
         acct: dict[SpoolFile, list[int]] = {}  # weight, first ts, last ts, last end, count
         for p in released.pieces:
@@ -98,7 +101,9 @@ class Output:
         accounting = [
             (f.writer, f.identity.get("rank"), f.pid, a[0], a[1], a[2]) for f, a in acct.items()
         ]
-        if released.records:
+        if not released.count:  # (never: tombstones come with their record) accounted only
+            self._count(accounting, 0, None)
+        elif released.records:
             self.write(released.records, accounting, clean=released.clean, texts=released.texts)
         else:
             assert released.texts is not None and not self.sinks  # (the merge's contract)
@@ -111,8 +116,8 @@ class Output:
     def _collapsed(self, count: int) -> None:
         """``count`` records collapsed into others (dedup.py) are accounted in the node log
         now: counted with what is written, so a commit holds them exactly when it holds
-        their spool positions (with ``--en-chronological-ordering`` the merge releases a
-        collapsed record and its members' batches at different times)."""
+        their spool positions (with ``--en-chronological-ordering``, when the merge releases
+        their tombstones, with the record they were collapsed into)."""
         if count:
             self.log.collapsed += count
             self.totals["collapsed"] = self.totals.get("collapsed", 0) + count

@@ -114,6 +114,12 @@ class Chunk:
     dropped: int = 0
     spans: list[dict[str, Any]] | None = None  # span records, when asked for
     collapsed: int = 0  # records taken out, collapsed into an identical one (``dedup.py``)
+    # For the chronological merge (``dedup.py`` with tombstones): the records taken out, each
+    # as (index in ``records`` it stood before, file offset after it, its ts, its group), and
+    # the collapsed records kept here (index in ``records`` -> group). The merge releases a
+    # group's record and its taken-out records' positions together.
+    tombs: list[tuple[int, int, int, int]] | None = None
+    leads: dict[int, int] | None = None
 
     @property
     def weight(self) -> int:

@@ -418,23 +418,44 @@ class Aggregator(Progress):
         # limit by one window; the next write rotates it)
         self._out.rotation_held = True
         try:
-            for chunk, start in chunks:
-                self._pass_on(chunk, start)
+            if self._merge is not None:
+                self._pass_on_merged(chunks)
+            else:
+                for chunk, start in chunks:
+                    self._pass_on(chunk, start)
         finally:
             self._out.rotation_held = False
             dedup.passed()
 
     def _pass_on(self, chunk: Chunk, start: int) -> None:
         """A batch read from ``chunk.file`` at ``start``: to the node log, then the sinks."""
+        merged = self._merge is not None and bool(chunk.records)
+        if merged:  # formatted now, while in the CPU's cache
+            assert self._merge is not None
+            self._merge.add(chunk, self._out.texts(chunk))
+        self._passed(chunk, start, merged)
+
+    def _pass_on_merged(self, chunks: list[tuple[Chunk, int]]) -> None:
+        """:meth:`_pass_on` a flushed window's batches to the chronological merge at once:
+        it keys a collapsed record and the records taken out for it (tombstones) alike,
+        so that they are released, written and committed together."""
+        merge = self._merge
+        assert merge is not None
+        out = self._out
+        merge.add_window([(c, out.texts(c)) for c, _ in chunks if c.records or c.tombs])
+        for chunk, start in chunks:
+            self._passed(chunk, start, bool(chunk.records or chunk.tombs))
+
+    def _passed(self, chunk: Chunk, start: int, merged: bool) -> None:
+        """The rest of passing a batch on: its losses counted, its records to the node log
+        unless the merge holds them, its file's position, the sinks."""
         f = chunk.file
         self.health.dropped += chunk.dropped
         self.health.corrupt += chunk.corrupt
         self._totals["dropped"] += chunk.dropped
         self._totals["corrupt"] += chunk.corrupt
         self._dirty = True
-        if self._merge is not None and chunk.records:  # formatted now, while in the CPU's cache
-            self._merge.add(chunk, self._out.texts(chunk))
-        else:  # (a batch whose records all collapsed into others: accounted at once)
+        if not merged:  # (a batch whose records all collapsed into others: accounted at once)
             self._out.chunk(chunk)
         if not f.held:
             f.done = chunk.end

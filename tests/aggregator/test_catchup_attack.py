@@ -1,0 +1,299 @@
+"""The aggregator's recent speed paths attacked from outside: real aggregator processes
+killed (``kill -9``) at chosen points of a commit (in its fsync on the commit thread, right
+after the state write before the loop takes it, right after consumed files are deleted),
+``SIGTERM`` in a commit, the chronological merge on and off (and switched between
+restarts), OTLP on to a receiver on 127.0.0.1, rank processes that fork, loss reports and
+corrupt lines between the records, and call sites whose fields differ only in type.
+
+After each, the ledger holds: every record a rank emitted is in the node log exactly once
+(loss reports left out), and the node log reports exactly the records the ranks reported
+dropped and the lines that were corrupt."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvrx_otel import record as rec
+from nvrx_otel.nodeline import format_record
+from tests.aggregator.spoolkit import (
+    ROOT,
+    FakeWriter,
+    cli,
+    finish,
+    ledger,
+    log_lines,
+    log_path,
+    spool_dir,
+    started,
+)
+from tests.conftest import spawn as spawn_killed_at_end
+from tests.otlp_receiver import OtlpReceiver
+
+# --- a rank that logs until told to stop ----------------------------------------------------
+
+RANK = r"""
+import json, os, sys, time
+from pathlib import Path
+from tests.aggregator.spoolkit import FakeWriter
+directory, stop, n, fork = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+
+def run(tag, n, pid):
+    ident = {"node": "testnode", "rank": n, "lrank": n % 8, "irank": n, "ilrank": n % 8}
+    w = FakeWriter(directory, writer=f"{n + 1:016x}", pid=pid, proc=f"rank{n}", identity=ident)
+    i = dropped = corrupt = 0
+    while not stop.exists() or i < 300:
+        d = w.record(f"{tag} {i}", path=f"/w/site{i % 3}.py", line=10 + i % 2, fn=f"f{i % 5}")
+        del d["file"]  # the call site's middle is cached per chunk for records without one
+        d["lg"] = f"lg{i % 4}"  # the same call site from another logger
+        w.raw(rec_encode(d))
+        i += 1
+        if i % 97 == 0:
+            w.drop(3, d["ts"], d["ts"])
+            dropped += 3
+        if i % 131 == 0:
+            w.raw(b'{"v":1,"k":"log","ts":"not a number","msg":"x"}\n')
+            corrupt += 1
+        if i % 173 == 0:
+            w.raw(b"\x00garbage\n")
+            corrupt += 1
+        if i % 1500 == 0:
+            w.rotate()
+        if i % 40 == 0:
+            time.sleep(0.004)  # pacing: a rank logs for as long as the test needs it to
+    w.close()
+    return {"tag": tag, "count": i, "dropped": dropped, "corrupt": corrupt}
+
+from nvrx_otel.record import encode as rec_encode
+out = Path(sys.argv[5])
+if fork == "fork":
+    child = os.fork()
+    if child == 0:  # the forked rank: a writer of its own, its own tally
+        done = run(f"r{n}c", n + 50, os.getpid())
+        (out.parent / (out.name + ".child")).write_text(json.dumps(done))
+        os._exit(0)
+    result = run(f"r{n}", n, os.getpid())
+    _, status = os.waitpid(child, 0)
+    assert status == 0
+else:
+    result = run(f"r{n}", n, os.getpid())
+out.write_text(json.dumps(result))
+"""
+
+KILLER = r"""
+import os, runpy, signal
+from nvrx_otel.aggregator import commit, commit_thread, state
+point, _, nth = os.environ["ATTACK"].partition(":")
+nth = int(nth)
+calls = [0]
+
+def hit():
+    calls[0] += 1
+    return calls[0] == nth
+
+if point in ("fsync", "sigterm"):
+    real_fsync = commit_thread.fsync_node_log
+    def fsync(fd):
+        if hit():
+            if point == "fsync":
+                os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGTERM)  # handled on the loop's thread
+        real_fsync(fd)
+    commit_thread.fsync_node_log = fsync
+elif point == "state":
+    real_write = state.StateStore.write
+    def write(self, data):
+        real_write(self, data)
+        if hit():  # durable on disk, not yet taken by the loop
+            os.kill(os.getpid(), signal.SIGKILL)
+    state.StateStore.write = write
+elif point == "deleted":
+    real_delete = commit.Progress._delete_consumed
+    def delete(self):
+        before = len(self._spool.tracked)
+        real_delete(self)
+        if len(self._spool.tracked) < before and hit():
+            os.kill(os.getpid(), signal.SIGKILL)
+    commit.Progress._delete_consumed = delete
+runpy.run_module("nvrx_otel.logging.aggregator", run_name="__main__", alter_sys=True)
+"""
+
+
+def _ranks(tmp: Path, count: int, *, fork: bool = False) -> list[subprocess.Popen[Any]]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return [
+        spawn_killed_at_end(
+            [
+                sys.executable, "-c", RANK, str(spool_dir(tmp)), str(tmp / "stop"), str(n),
+                "fork" if fork else "-", str(tmp / f"rank{n}.json"),
+            ],
+            env=env,
+        )
+        for n in range(count)
+    ]  # fmt: skip
+
+
+def _emitted(tmp: Path, ranks: list[subprocess.Popen[Any]]) -> dict[str, Any]:
+    """Stop the ranks; what they emitted: messages, records reported dropped, corrupt lines."""
+    (tmp / "stop").touch()
+    for r in ranks:
+        assert r.wait(timeout=120) == 0
+    msgs: set[str] = set()
+    dropped = corrupt = 0
+    for path in sorted(tmp.glob("rank*.json*")):
+        result = json.loads(path.read_text())
+        msgs.update(f"{result['tag']} {i}" for i in range(result["count"]))
+        dropped += result["dropped"]
+        corrupt += result["corrupt"]
+    return {"msgs": msgs, "dropped": dropped, "corrupt": corrupt}
+
+
+def _attacked(tmp: Path, attack: str, *args: str) -> None:
+    """One aggregator run that dies (or stops) at ``attack`` (``point:nth``)."""
+    agg = cli(
+        tmp, "--nice", "0", *args, env={"ATTACK": attack},
+        command=[sys.executable, "-c", KILLER],
+    )  # fmt: skip
+    code, err = finish(agg, timeout=120)
+    if attack.startswith("sigterm"):
+        assert code == 0, err
+        assert "draining (SIGTERM)" in err, err
+    else:
+        assert code == -signal.SIGKILL, err
+
+
+def _final(tmp: Path, *args: str) -> str:
+    agg = cli(tmp, "--nice", "0", *args)
+    started(tmp, agg)
+    (tmp / "done").touch()
+    code, err = finish(agg, timeout=120)
+    assert code == 0, err
+    (tmp / "done").unlink()
+    return err
+
+
+def _assert_exactly_once(tmp: Path, emitted: dict[str, Any]) -> None:
+    kept, dropped, corrupt = ledger(log_path(tmp))
+    twice = sorted(m for m, c in Counter(kept).items() if c > 1)
+    assert twice == [], f"{len(twice)} records written twice, e.g. {twice[:5]}"
+    missing = sorted(emitted["msgs"] - set(kept))
+    assert missing == [], f"{len(missing)} records lost, e.g. {missing[:5]}"
+    assert set(kept) == emitted["msgs"]
+    assert (dropped, corrupt) == (emitted["dropped"], emitted["corrupt"])
+    assert [n for n in os.listdir(spool_dir(tmp)) if not n.startswith(".")] == []
+
+
+def _run_attack(tmp: Path, rounds: list[tuple[str, list[str]]], final: list[str]) -> None:
+    ranks = _ranks(tmp, 3)
+    try:
+        for attack, args in rounds:
+            _attacked(tmp, attack, *args)
+        emitted = _emitted(tmp, ranks)
+    finally:
+        (tmp / "stop").touch()
+    _final(tmp, *final)
+    _assert_exactly_once(tmp, emitted)
+
+
+CHRONO = ["--en-chronological-ordering"]
+
+
+@pytest.mark.parametrize("point", ["fsync", "state", "deleted"])
+@pytest.mark.parametrize("chrono", [False, True], ids=["arrival", "chrono"])
+def test_kill_9_at_a_commit_point_loses_and_duplicates_nothing(
+    tmp_path: Path, point: str, chrono: bool
+) -> None:
+    """Ranks log records (from call sites that share file and line but not function or
+    logger), drop reports and corrupt lines while the aggregator is killed at the 2nd, 3rd
+    and 5th time it reaches ``point`` of a commit; a last aggregator drains. Every record is
+    in the node log once and every loss is reported once."""
+    flags = CHRONO if chrono else []
+    rounds = [(f"{point}:{n}", flags) for n in (2, 3, 5)]
+    _run_attack(tmp_path, rounds, flags)
+
+
+def test_restarts_switching_chronological_ordering_on_and_off(tmp_path: Path) -> None:
+    """An aggregator with the merge on (texts-only release: no record sink) is killed in a
+    commit's fsync while it holds records; the next runs without the merge, the next with
+    it, each killed after its state write; the last drains without it."""
+    rounds = [
+        ("fsync:2", CHRONO),
+        ("state:3", []),
+        ("state:4", CHRONO),
+        ("fsync:3", []),
+    ]
+    _run_attack(tmp_path, rounds, [])
+
+
+def test_sigterm_in_a_commit_drains_and_a_restart_writes_nothing_again(tmp_path: Path) -> None:
+    """SIGTERM arrives while a commit's fsync runs (merge on, then off): the aggregator
+    drains and exits 0; the next ones write nothing twice."""
+    rounds = [("sigterm:2", CHRONO), ("sigterm:3", []), ("fsync:2", CHRONO)]
+    _run_attack(tmp_path, rounds, CHRONO)
+
+
+def test_forking_ranks_and_kill_9_keep_exactly_once(tmp_path: Path) -> None:
+    """Each rank forks a child that logs through a writer of its own while the parent logs
+    on; the aggregator (merge on) is killed in commits; every record of parents and
+    children is in the node log once."""
+    ranks = _ranks(tmp_path, 2, fork=True)
+    try:
+        for attack in ("fsync:2", "state:3", "deleted:1"):
+            _attacked(tmp_path, attack, *CHRONO)
+        emitted = _emitted(tmp_path, ranks)
+    finally:
+        (tmp_path / "stop").touch()
+    assert any(m.startswith("r0c ") for m in emitted["msgs"])
+    _final(tmp_path, *CHRONO)
+    _assert_exactly_once(tmp_path, emitted)
+
+
+@pytest.mark.parametrize("chrono", [False, True], ids=["arrival", "chrono"])
+def test_kill_9_with_otlp_on_keeps_the_node_log_exact_and_otlp_complete(
+    tmp_path: Path, receiver: OtlpReceiver, chrono: bool
+) -> None:
+    """OTLP to a receiver on 127.0.0.1 (the merge then keeps its records for the sink):
+    kill -9 in commits; the node log holds every record once, and every record reached the
+    receiver (at least once: a restart may send again what it had not committed)."""
+    flags = ["--otlp-endpoint", receiver.endpoint, *(CHRONO if chrono else [])]
+    rounds = [(f"{p}:{n}", flags) for p, n in (("fsync", 2), ("state", 3), ("deleted", 1))]
+    _run_attack(tmp_path, rounds, flags)
+    emitted = set(ledger(log_path(tmp_path))[0])
+    with receiver.lock:
+        bodies = {r["body"] for r in receiver.logs}
+    missing = sorted(emitted - bodies)
+    assert missing == [], f"{len(missing)} records never reached OTLP, e.g. {missing[:5]}"
+
+
+# --- the call site's cached middle -----------------------------------------------------------
+
+
+def _site_record(w: FakeWriter, msg: str, **fields: Any) -> dict[str, Any]:
+    d = w.record(msg, path="/w/train.py", line=7, **fields)
+    del d["file"]
+    return d
+
+
+@pytest.mark.parametrize("chrono", [False, True], ids=["arrival", "chrono"])
+def test_equal_rank_values_of_other_types_keep_their_own_text(tmp_path: Path, chrono: bool) -> None:
+    """The identity fields are shown as they are (the schema leaves their type free): one
+    call site's records whose rank is 1, 1.0 or true (equal as Python values, so equal as a
+    cache key) read in one chunk each keep their own text, as the careful path writes it."""
+    w = FakeWriter(spool_dir(tmp_path))
+    wanted = []
+    for n, (rank, lrank) in enumerate([(1, 0), (1.0, 0), (True, 0), (1, False), (1, 0.0), (1, 0)]):
+        d = _site_record(w, f"m{n}", rank=rank, lrank=lrank, fn=f"f{n}", lg=f"lg{n}")
+        w.raw(rec.encode(d))
+        wanted.append(format_record(d, "testnode").rstrip("\n"))
+    w.close()
+    _final(tmp_path, *(CHRONO if chrono else []))
+    got = [line for line in log_lines(log_path(tmp_path)) if " train.py:7 m" in line]
+    assert got == wanted

@@ -34,6 +34,7 @@ from tests.aggregator.spoolkit import (
     log_path,
     spool_dir,
     started,
+    wait_for,
 )
 from tests.conftest import spawn as spawn_killed_at_end
 from tests.otlp_receiver import OtlpReceiver
@@ -297,3 +298,29 @@ def test_equal_rank_values_of_other_types_keep_their_own_text(tmp_path: Path, ch
     _final(tmp_path, *(CHRONO if chrono else []))
     got = [line for line in log_lines(log_path(tmp_path)) if " train.py:7 m" in line]
     assert got == wanted
+
+
+def test_a_corrupt_run_reported_with_an_earlier_chunks_identity_is_escaped(
+    tmp_path: Path,
+) -> None:
+    """A rank field holding a newline (the schema leaves its type free; JSON escapes it, so
+    its chunk takes the careful path) is remembered as the writer's identity; a later chunk
+    holding only a corrupt line is clean by its bytes, but its report names that rank: the
+    node log must still hold no line the rank did not write as one record."""
+    forged = "7\n2026-01-01 00:00:00,000 [ERROR] [testnode] forged line"
+    ident = {"node": "testnode", "rank": forged, "lrank": 0, "irank": 0, "ilrank": 0}
+    w = FakeWriter(spool_dir(tmp_path), identity=ident)
+    w.log("first")
+    agg = cli(tmp_path, "--nice", "0")
+    started(tmp_path, agg)
+    path = log_path(tmp_path)
+    wait_for(lambda: any(" first" in line for line in log_lines(path)), what="the first record")
+    w.raw(b"garbage\n")  # a chunk of its own, after the first one was written
+    wait_for(lambda: "corrupt 1 records" in path.read_text(), what="the corrupt report")
+    w.close()
+    (tmp_path / "done").touch()
+    code, err = finish(agg)
+    assert code == 0, err
+    lines = log_lines(path)
+    assert not any(line.startswith("2026-01-01") for line in lines), lines
+    assert sum(1 for line in lines if not line.startswith("    ")) == 2, lines

@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nvrx_otel import record as rec
+from nvrx_otel.aggregator.reader import read_chunk
 from nvrx_otel.nodeline import format_record
 from tests.aggregator.spoolkit import (
     ROOT,
@@ -36,7 +39,9 @@ from tests.aggregator.spoolkit import (
     started,
     wait_for,
 )
+from tests.aggregator.test_reader_fuzz import HEADER, LIMITS, PARTS, Spool
 from tests.conftest import spawn as spawn_killed_at_end
+from tests.conftest import tmpfs
 from tests.otlp_receiver import OtlpReceiver
 
 # --- a rank that logs until told to stop ----------------------------------------------------
@@ -68,7 +73,7 @@ def run(tag, n, pid):
             corrupt += 1
         if i % 1500 == 0:
             w.rotate()
-        if i % 40 == 0:
+        if i % 10 == 0:
             time.sleep(0.004)  # pacing: a rank logs for as long as the test needs it to
     w.close()
     return {"tag": tag, "count": i, "dropped": dropped, "corrupt": corrupt}
@@ -157,10 +162,10 @@ def _emitted(tmp: Path, ranks: list[subprocess.Popen[Any]]) -> dict[str, Any]:
     return {"msgs": msgs, "dropped": dropped, "corrupt": corrupt}
 
 
-def _attacked(tmp: Path, attack: str, *args: str) -> None:
+def _attacked(tmp: Path, attack: str, *args: str, env: dict[str, str] | None = None) -> None:
     """One aggregator run that dies (or stops) at ``attack`` (``point:nth``)."""
     agg = cli(
-        tmp, "--nice", "0", *args, env={"ATTACK": attack},
+        tmp, "--nice", "0", *args, env={"ATTACK": attack, **(env or {})},
         command=[sys.executable, "-c", KILLER],
     )  # fmt: skip
     code, err = finish(agg, timeout=120)
@@ -171,8 +176,8 @@ def _attacked(tmp: Path, attack: str, *args: str) -> None:
         assert code == -signal.SIGKILL, err
 
 
-def _final(tmp: Path, *args: str) -> str:
-    agg = cli(tmp, "--nice", "0", *args)
+def _final(tmp: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    agg = cli(tmp, "--nice", "0", *args, env=env)
     started(tmp, agg)
     (tmp / "done").touch()
     code, err = finish(agg, timeout=120)
@@ -181,8 +186,21 @@ def _final(tmp: Path, *args: str) -> str:
     return err
 
 
+def _node_logs(tmp: Path) -> list[Path]:
+    """The node log and its rotated backups, oldest first."""
+    base = log_path(tmp)
+    backups = sorted(base.parent.glob(base.name + ".*"), key=lambda p: -int(p.suffix[1:]))
+    return [*backups, base]
+
+
 def _assert_exactly_once(tmp: Path, emitted: dict[str, Any]) -> None:
-    kept, dropped, corrupt = ledger(log_path(tmp))
+    kept: list[str] = []
+    dropped = corrupt = 0
+    for path in _node_logs(tmp):
+        more, d, c = ledger(path)
+        kept += more
+        dropped += d
+        corrupt += c
     twice = sorted(m for m, c in Counter(kept).items() if c > 1)
     assert twice == [], f"{len(twice)} records written twice, e.g. {twice[:5]}"
     missing = sorted(emitted["msgs"] - set(kept))
@@ -192,15 +210,20 @@ def _assert_exactly_once(tmp: Path, emitted: dict[str, Any]) -> None:
     assert [n for n in os.listdir(spool_dir(tmp)) if not n.startswith(".")] == []
 
 
-def _run_attack(tmp: Path, rounds: list[tuple[str, list[str]]], final: list[str]) -> None:
+def _run_attack(
+    tmp: Path,
+    rounds: list[tuple[str, list[str]]],
+    final: list[str],
+    env: dict[str, str] | None = None,
+) -> None:
     ranks = _ranks(tmp, 3)
     try:
         for attack, args in rounds:
-            _attacked(tmp, attack, *args)
+            _attacked(tmp, attack, *args, env=env)
         emitted = _emitted(tmp, ranks)
     finally:
         (tmp / "stop").touch()
-    _final(tmp, *final)
+    _final(tmp, *final, env=env)
     _assert_exactly_once(tmp, emitted)
 
 
@@ -219,6 +242,17 @@ def test_kill_9_at_a_commit_point_loses_and_duplicates_nothing(
     flags = CHRONO if chrono else []
     rounds = [(f"{point}:{n}", flags) for n in (2, 3, 5)]
     _run_attack(tmp_path, rounds, flags)
+
+
+@pytest.mark.parametrize("chrono", [False, True], ids=["arrival", "chrono"])
+def test_kill_9_at_commit_points_while_the_node_log_rotates(tmp_path: Path, chrono: bool) -> None:
+    """The node log rotates every 64 KiB (every backup kept) while the aggregator is killed
+    in commits (a rotation commits on the loop's thread: the state write is where it
+    dies): the node log and its backups hold every record once."""
+    flags = CHRONO if chrono else []
+    rounds = [(f"{p}:{n}", flags) for p, n in (("state", 3), ("deleted", 1), ("state", 8))]
+    _run_attack(tmp_path, rounds, flags, env={"NVRX_OTEL_NODE_LOG_MAX_MB": "0.0625"})
+    assert len(_node_logs(tmp_path)) > 3
 
 
 def test_restarts_switching_chronological_ordering_on_and_off(tmp_path: Path) -> None:
@@ -324,3 +358,235 @@ def test_a_corrupt_run_reported_with_an_earlier_chunks_identity_is_escaped(
     lines = log_lines(path)
     assert not any(line.startswith("2026-01-01") for line in lines), lines
     assert sum(1 for line in lines if not line.startswith("    ")) == 2, lines
+
+
+# --- the reader's plain-record loop: offsets across reports and corrupt lines ---------------
+
+_ITEM = st.sampled_from(["log", "log", "log", "shape", "drop", "corrupt", "badtype", "empty",
+                         "span", "header"])  # fmt: skip
+
+
+def _item_line(kind: str, i: int) -> bytes:
+    base: dict[str, Any] = {"v": 1, "k": "log", "ts": 100 + i, "sev": 9, "lvl": "INFO"}
+    base.update(lg="t", msg=f"m{i}", path="/w/a.py", line=3, key=f"{PARTS.writer}-{i:x}")
+    if kind == "log":
+        return rec.encode(base)
+    if kind == "shape":  # another call site's shape: keys in another order, more of them
+        return rec.encode({"fn": "g", **base, "rank": 2})
+    if kind == "drop":
+        drop = {"v": 1, "k": "drop", "ts": 100 + i, "count": 2, "first_ts": 1, "last_ts": 2}
+        return rec.encode({**drop, "reason": "budget", "key": f"{PARTS.writer}-{i:x}"})
+    if kind == "corrupt":
+        return b"\x00not a record\n"
+    if kind == "badtype":
+        return rec.encode({**base, "line": "seven"})
+    if kind == "empty":
+        return b"\n"
+    if kind == "span":
+        span = {"v": 1, "k": "span_end", "ts": 100 + i, "trace_id": "ab" * 16}
+        return rec.encode({**span, "span_id": "cd" * 8, "name": "s", "start": 1})
+    return HEADER  # a repeated header: not a record, nothing lost
+
+
+@settings(deadline=None, max_examples=150)
+@given(st.lists(_ITEM, min_size=1, max_size=60), LIMITS, st.booleans())
+def test_every_record_ends_where_its_line_ends(
+    tmp_path_factory: pytest.TempPathFactory, items: list[str], limit: int, ends: bool
+) -> None:
+    """Records, drop records, corrupt lines, wrongly typed records, empty lines, spans and
+    repeated headers in any order, read in chunks of any size: each record's end offset
+    (where the merge commits a file's position) is just past its own line, each report's
+    just past the lines it reports, and the counts add up."""
+    sp = Spool(tmp_path_factory.mktemp("spool"), limit)
+    offset = len(HEADER)
+    want: list[tuple[str, int]] = []  # (message, end) of each record
+    corrupt = dropped = 0
+    for i, kind in enumerate(items):
+        line = _item_line(kind, i)
+        sp.write(line)
+        offset += len(line)
+        if kind in ("log", "shape"):
+            want.append((f"m{i}", offset))
+        elif kind == "drop":
+            dropped += 2
+        elif kind in ("corrupt", "badtype"):
+            corrupt += 1
+    got: list[tuple[str, int]] = []
+    report_ends: list[int] = []
+    while True:
+        chunk = read_chunk(sp.file, final=True, limit=limit, want_ends=ends, now_ns=1)
+        if chunk is None:
+            break
+        sp.take(chunk) if ends else None
+        for n, d in enumerate(chunk.records):
+            end = chunk.ends[n] if chunk.ends is not None else -1
+            if n in chunk.reports:
+                report_ends.append(end)
+            else:
+                got.append((d["msg"], end))
+        if not ends:
+            sp.corrupt += chunk.corrupt
+            sp.dropped += chunk.dropped
+    assert sp.file.offset == offset
+    if ends:
+        assert got == want
+        assert all(e <= offset for e in report_ends)
+    else:
+        assert [m for m, _ in got] == [m for m, _ in want]
+    assert (sp.corrupt, sp.dropped) == (corrupt, dropped)
+    sp.close()
+
+
+# --- a full file system under the node log ---------------------------------------------------
+
+
+@pytest.mark.parametrize("chrono", [False, True], ids=["arrival", "chrono"])
+def test_full_node_log_file_system_kill_9_then_space_again_keeps_exactly_once(
+    tmp_path: Path, chrono: bool
+) -> None:
+    """The node log's file system fills up while ranks log (the merge on or off): the
+    aggregator says it cannot write, is killed with ``kill -9`` while it retries, the next
+    one meets the full disk too; then space comes back and a last one drains: every record
+    is in the node log once, every loss reported once."""
+    flags = CHRONO if chrono else []
+    ranks = _ranks(tmp_path, 2)
+    path = log_path(tmp_path)
+    try:
+        with tmpfs(tmp_path / "logs", "64m"):
+            agg = cli(tmp_path, "--nice", "0", *flags)
+            started(tmp_path, agg)
+            wait_for(lambda: len(log_lines(path)) > 500, timeout=60, what="records written")
+            filler = _fill(tmp_path / "logs")
+            wait_for(lambda: "cannot write the node log" in agg.err(), timeout=60, what="ENOSPC")
+            agg.send_signal(signal.SIGKILL)
+            agg.wait(timeout=30)
+            agg = cli(tmp_path, "--nice", "0", *flags)
+            wait_for(lambda: "cannot" in agg.err(), timeout=60, what="the full disk again")
+            filler.unlink()
+            lines = len(log_lines(path))
+            wait_for(lambda: len(log_lines(path)) > lines + 500, timeout=60, what="progress")
+            agg.send_signal(signal.SIGKILL)
+            agg.wait(timeout=30)
+            emitted = _emitted(tmp_path, ranks)
+            _final(tmp_path, *flags)
+            _assert_exactly_once(tmp_path, emitted)
+    finally:
+        (tmp_path / "stop").touch()
+
+
+def _fill(directory: Path) -> Path:
+    filler = directory / "filler"
+    with filler.open("wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+# --- real writers over their budget, forking, and the drop ledgers ---------------------------
+
+BUDGETED_RANK = r"""
+import json, os, sys, time
+from pathlib import Path
+from nvrx_otel.spool.writer import SpoolWriter
+directory, stop, tag, out = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
+w = SpoolWriter(directory, max_file_size=16 * 1024, budget=48 * 1024)
+
+def run(tag):
+    i = 0
+    while not stop.exists() or i < 300:
+        w.emit({"k": "log", "ts": time.time_ns(), "sev": 9, "lvl": "INFO", "lg": f"lg{i % 3}",
+                "msg": f"{tag} {i}", "path": "/w/site.py", "line": 5, "fn": f"f{i % 4}",
+                "pid": os.getpid()})
+        i += 1
+        if i % 10 == 0:
+            time.sleep(0.002)
+    w.flush()
+    return i
+
+child = os.fork()
+if child == 0:
+    n = run(tag + "c")
+    w.close()
+    (out.parent / (out.name + ".child")).write_text(json.dumps({"tag": tag + "c", "count": n}))
+    os._exit(0)
+n = run(tag)
+w.close()
+_, status = os.waitpid(child, 0)
+assert status == 0
+out.write_text(json.dumps({"tag": tag, "count": n}))
+"""
+
+
+@pytest.mark.parametrize("chrono", [False, True], ids=["arrival", "chrono"])
+def test_forking_writers_over_budget_and_kill_9_account_for_every_record(
+    tmp_path: Path, chrono: bool
+) -> None:
+    """Real spool writers with a small budget fork (parent and child each log through the
+    writer, the child under a new writer id) and drop records while the aggregator is
+    killed at commit points (so files wait to be deleted): at the end every record is in
+    the node log once or reported dropped (by a drop record or the writer's ledger), and
+    kept + dropped = emitted."""
+    flags = CHRONO if chrono else []
+    env = dict(os.environ, PYTHONPATH=str(ROOT), SLURM_JOB_ID="job1")
+    env["NVRX_NODE_LOCAL_TMPDIR"] = str(tmp_path / "spool")
+    ranks = [
+        spawn_killed_at_end(
+            [sys.executable, "-c", BUDGETED_RANK, str(spool_dir(tmp_path)), str(tmp_path / "stop"),
+             f"r{n}", str(tmp_path / f"rank{n}.json")],
+            env=env,
+        )
+        for n in range(2)
+    ]  # fmt: skip
+    try:
+        for attack in ("fsync:2", "state:3", "deleted:2", "sigterm:2"):
+            _attacked(tmp_path, attack, *flags)
+        (tmp_path / "stop").touch()
+        for r in ranks:
+            assert r.wait(timeout=120) == 0
+    finally:
+        (tmp_path / "stop").touch()
+    emitted = 0
+    msgs: set[str] = set()
+    for path in tmp_path.glob("rank*.json*"):
+        result = json.loads(path.read_text())
+        emitted += result["count"]
+        msgs.update(f"{result['tag']} {i}" for i in range(result["count"]))
+    _final(tmp_path, *flags)
+    kept, dropped, corrupt = ledger(log_path(tmp_path))
+    assert [m for m, c in Counter(kept).items() if c > 1] == []
+    assert set(kept) <= msgs
+    assert (len(kept) + dropped, corrupt) == (emitted, 0)
+    assert dropped > 0  # the budget was hit
+
+
+@pytest.mark.parametrize("chrono", [False, True], ids=["arrival", "chrono"])
+def test_a_quiet_writers_consumed_files_are_deleted_while_it_lives(
+    tmp_path: Path, chrono: bool
+) -> None:
+    """A rank logs a burst over three files, then stays alive without logging (or is
+    blocked at its budget, waiting for the aggregator to delete its files). The records
+    the merge releases after its hold window must be committed too, so that the rank's
+    older files are deleted and it can write again; otherwise it drops every record."""
+    w = FakeWriter(spool_dir(tmp_path))
+    for index in range(3):
+        for i in range(50):
+            w.log(f"file {index} record {i}")
+        if index < 2:
+            w.rotate()
+    first = spool_dir(tmp_path) / w.path.name.replace(".000002.", ".000000.")
+    assert first.exists()
+    agg = cli(tmp_path, "--nice", "0", *(CHRONO if chrono else []))
+    try:
+        started(tmp_path, agg)
+        path = log_path(tmp_path)
+        wait_for(lambda: len(log_lines(path)) == 150, timeout=60, what="every record written")
+        wait_for(lambda: not first.exists(), timeout=60, what="the first file deleted")
+    finally:
+        w.close()
+        (tmp_path / "done").touch()
+    code, err = finish(agg)
+    assert code == 0, err

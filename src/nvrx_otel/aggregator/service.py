@@ -373,7 +373,12 @@ class Aggregator(Progress):
         ):
             self._flush_dedup()
         if self._merge is not None:
-            self._out.released(self._merge.pop(time.time_ns()))
+            released = self._merge.pop(time.time_ns())
+            if released.count:
+                self._out.released(released)
+                # the files' positions moved past what the last commit held (it may have
+                # begun while these records were held): they are the next commit's
+                self._dirty = True
         if (not backlog or self.stop_reason is not None) and self._ledgers.settle(
             spool, self._out, self._log, self.health, self._totals
         ):

@@ -590,3 +590,108 @@ def test_a_quiet_writers_consumed_files_are_deleted_while_it_lives(
         (tmp_path / "done").touch()
     code, err = finish(agg)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("chrono", [False, True], ids=["arrival", "chrono"])
+def test_a_chunk_of_changing_call_sites_reads_as_the_careful_path_writes_it(
+    tmp_path: Path, chrono: bool
+) -> None:
+    """One chunk whose records change call site at every step: the same file and line from
+    another function or logger, the same base name in another directory, another level,
+    another line, a ``file`` of its own (empty too), a rank left out or null, a string
+    rank, trace ids, an exception, a null line. Each record's node-log text is the
+    careful path's (``format_record``), in the order written."""
+    w = FakeWriter(spool_dir(tmp_path))
+    variants: list[dict[str, Any]] = [
+        {},
+        {"fn": "other"},
+        {"lg": "another.logger"},
+        {"path": "/elsewhere/train.py"},
+        {"lvl": "WARNING", "sev": 13},
+        {"line": 8},
+        {"file": "given.py"},
+        {"file": ""},
+        {"rank": None},
+        {"rank": "3"},
+        {"rank": 2},
+        {"irank": 9, "ilrank": 1},
+        {"trace_id": "ab" * 16, "span_id": "cd" * 8},
+        {"exc": "Traceback (most recent call last):\n  boom"},
+        {"line": None},
+        {"path": None, "file": "x.py"},
+        {},
+    ]
+    wanted = []
+    for n, change in enumerate(variants * 3):
+        d = _site_record(w, f"v{n}")
+        d.update(change)
+        w.raw(rec.encode(d))
+        wanted.append(format_record(d, "testnode"))
+    w.close()
+    _final(tmp_path, *(CHRONO if chrono else []))
+    assert log_path(tmp_path).read_text() == "".join(wanted)
+
+
+def test_a_drain_with_the_merge_and_otlp_deletes_every_delivered_file(
+    tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    """Records still held by the merge when the drain ends are released, written, sent to
+    OTLP and committed: the spool files they came from are consumed by every sink and are
+    deleted before the aggregator exits, as without the merge."""
+    w = FakeWriter(spool_dir(tmp_path))
+    for i in range(200):
+        w.log(f"held {i}")
+    w.close()
+    env = {"NVRX_OTEL_HOLD_WINDOW_MS": "600000"}  # held until the drain's end
+    agg = cli(tmp_path, "--nice", "0", "--otlp-endpoint", receiver.endpoint, *CHRONO, env=env)
+    started(tmp_path, agg)
+    (tmp_path / "done").touch()
+    code, err = finish(agg)
+    assert code == 0, err
+    assert ledger(log_path(tmp_path))[0] == [f"held {i}" for i in range(200)]
+    with receiver.lock:
+        assert {r["body"] for r in receiver.logs} == {f"held {i}" for i in range(200)}
+    assert list(spool_dir(tmp_path).glob("*.jsonl")) == [], err
+
+
+OTLP_LAGS_UNTIL_THE_END = r"""
+import runpy, threading
+from nvrx_otel.aggregator import otlp_export, service
+go = threading.Event()
+# the sink lags (as with its queue full, or restarted behind the node log): it takes no
+# batch from the loop and reads the spool itself, only once the drain delivers
+otlp_export.OtlpExport.take = lambda self, chunk, start: None
+catch_up = otlp_export.OtlpExport._catch_up
+otlp_export.OtlpExport._catch_up = lambda self, views: go.is_set() and catch_up(self, views)
+deliver_and_stop = service.deliver_and_stop
+def deliver(sinks, deadline):
+    go.set()
+    deliver_and_stop(sinks, deadline)
+service.deliver_and_stop = deliver
+runpy.run_module("nvrx_otel.logging.aggregator", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_files_otlp_delivers_in_the_drain_are_deleted_before_exit(
+    tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    """With the merge on, the drain may end with OTLP behind (it compares OTLP with the
+    node log's committed positions, which stay behind the held records): the last records
+    are exported while the drain delivers. They are committed before the aggregator
+    exits, and their spool files, consumed by every sink, are deleted then too."""
+    w = FakeWriter(spool_dir(tmp_path))
+    for i in range(200):
+        w.log(f"late {i}")
+    w.close()
+    env = {"NVRX_OTEL_HOLD_WINDOW_MS": "600000"}  # held until the drain's end
+    agg = cli(
+        tmp_path, "--nice", "0", "--otlp-endpoint", receiver.endpoint, *CHRONO, env=env,
+        command=[sys.executable, "-c", OTLP_LAGS_UNTIL_THE_END],
+    )  # fmt: skip
+    started(tmp_path, agg)
+    (tmp_path / "done").touch()
+    code, err = finish(agg)
+    assert code == 0, err
+    with receiver.lock:
+        assert {r["body"] for r in receiver.logs} == {f"late {i}" for i in range(200)}
+    assert list(spool_dir(tmp_path).glob("*.jsonl")) == [], err

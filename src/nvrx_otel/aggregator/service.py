@@ -475,6 +475,9 @@ class Aggregator(Progress):
             if deadline == float("inf"):
                 deadline = time.monotonic() + self.config.drain_timeout
             deliver_and_stop(self._sinks, deadline)
+            # what the sinks delivered in the drain is committed before deleting: a file
+            # goes only once every sink's committed cursor is past it
+            self._commit()
             self._delete_consumed()
             self._commit()
             live = self._spool.live_writers()

@@ -695,3 +695,28 @@ def test_files_otlp_delivers_in_the_drain_are_deleted_before_exit(
     with receiver.lock:
         assert {r["body"] for r in receiver.logs} == {f"late {i}" for i in range(200)}
     assert list(spool_dir(tmp_path).glob("*.jsonl")) == [], err
+
+
+@pytest.mark.parametrize("chrono", [False, True], ids=["arrival", "chrono"])
+def test_a_catch_up_that_rotates_the_node_log_deletes_consumed_files_as_it_goes(
+    tmp_path: Path, chrono: bool
+) -> None:
+    """A long catch-up (ranks gone, many files) while the node log rotates more often than
+    the aggregator commits on its own: each rotation commits, and the files those commits
+    hold whole are deleted then, not only once the catch-up is over (live ranks at their
+    budget would drop records meanwhile). The aggregator is killed at its first deletion:
+    the node log does not hold every record yet."""
+    total = 0
+    for n in range(3):
+        w = FakeWriter(spool_dir(tmp_path), writer=f"{n + 1:016x}", pid=100 + n)
+        for index in range(12):
+            for i in range(1500):
+                w.log(f"w{n} f{index} r{i} " + "x" * 80)
+                total += 1
+            if index < 11:
+                w.rotate()
+        w.close()
+    env = {"NVRX_OTEL_NODE_LOG_MAX_MB": "0.0625"}
+    _attacked(tmp_path, "deleted:1", *(CHRONO if chrono else []), env=env)
+    written = sum(len(ledger(p)[0]) for p in _node_logs(tmp_path))
+    assert written < total

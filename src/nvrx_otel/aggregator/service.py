@@ -119,6 +119,7 @@ class Aggregator(Progress):
         self._dirty = False
         self._last_commit = 0.0
         self._committing = None
+        self._landed = False  # a commit took effect since consumed files were last deleted
         self._broken = False
         self._cycles = 0
 
@@ -384,9 +385,12 @@ class Aggregator(Progress):
         ):
             self._dirty = True
         self._dirty = self._dirty or any(sink.dirty for sink in self._sinks.values())
-        # the last commit is durable now: what it consumed goes; and with nothing to commit,
-        # files become final with time alone: delete them all the same
-        if self._poll_commit() or not self._dirty:
+        # a commit took effect (the one begun last is durable now, or a rotation's, made on
+        # this thread: while the node log rotates more often than the loop commits, those
+        # are the only ones): what it consumed goes; and with nothing to commit, files
+        # become final with time alone: delete them all the same
+        if self._poll_commit() or self._landed or not self._dirty:
+            self._landed = False
             self._delete_consumed()
         # Caught up: commit, unless this cycle wrote records and the last commit is recent
         # (cycles come every ACTIVE_POLL_S while ranks log: each commit costs fsyncs). The

@@ -475,14 +475,17 @@ def test_full_node_log_file_system_kill_9_then_space_again_keeps_exactly_once(
 
 
 def _fill(directory: Path) -> Path:
+    """A file taking every free byte of ``directory``'s file system (unbuffered writes: a
+    buffered file would fail again when closed)."""
     filler = directory / "filler"
-    with filler.open("wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError:
-            pass
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
     return filler
 
 

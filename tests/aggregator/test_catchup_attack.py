@@ -29,6 +29,7 @@ from nvrx_otel.aggregator.reader import read_chunk
 from nvrx_otel.nodeline import format_record
 from tests.aggregator.spoolkit import (
     ROOT,
+    AggProc,
     FakeWriter,
     cli,
     finish,
@@ -40,8 +41,8 @@ from tests.aggregator.spoolkit import (
     wait_for,
 )
 from tests.aggregator.test_reader_fuzz import HEADER, LIMITS, PARTS, Spool
+from tests.conftest import _spawned, tmpfs
 from tests.conftest import spawn as spawn_killed_at_end
-from tests.conftest import tmpfs
 from tests.otlp_receiver import OtlpReceiver
 
 # --- a rank that logs until told to stop ----------------------------------------------------
@@ -133,6 +134,14 @@ runpy.run_module("nvrx_otel.logging.aggregator", run_name="__main__", alter_sys=
 """
 
 
+def _agg(tmp: Path, *args: str, **kwargs: Any) -> AggProc:
+    """An aggregator process (``spoolkit.cli``), killed when the test ends, passed or
+    failed (a failed wait would otherwise leave it running)."""
+    proc = cli(tmp, *args, **kwargs)
+    _spawned.append(proc)
+    return proc
+
+
 def _ranks(tmp: Path, count: int, *, fork: bool = False) -> list[subprocess.Popen[Any]]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return [
@@ -164,7 +173,7 @@ def _emitted(tmp: Path, ranks: list[subprocess.Popen[Any]]) -> dict[str, Any]:
 
 def _attacked(tmp: Path, attack: str, *args: str, env: dict[str, str] | None = None) -> None:
     """One aggregator run that dies (or stops) at ``attack`` (``point:nth``)."""
-    agg = cli(
+    agg = _agg(
         tmp, "--nice", "0", *args, env={"ATTACK": attack, **(env or {})},
         command=[sys.executable, "-c", KILLER],
     )  # fmt: skip
@@ -177,7 +186,7 @@ def _attacked(tmp: Path, attack: str, *args: str, env: dict[str, str] | None = N
 
 
 def _final(tmp: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    agg = cli(tmp, "--nice", "0", *args, env=env)
+    agg = _agg(tmp, "--nice", "0", *args, env=env)
     started(tmp, agg)
     (tmp / "done").touch()
     code, err = finish(agg, timeout=120)
@@ -345,7 +354,7 @@ def test_a_corrupt_run_reported_with_an_earlier_chunks_identity_is_escaped(
     ident = {"node": "testnode", "rank": forged, "lrank": 0, "irank": 0, "ilrank": 0}
     w = FakeWriter(spool_dir(tmp_path), identity=ident)
     w.log("first")
-    agg = cli(tmp_path, "--nice", "0")
+    agg = _agg(tmp_path, "--nice", "0")
     started(tmp_path, agg)
     path = log_path(tmp_path)
     wait_for(lambda: any(" first" in line for line in log_lines(path)), what="the first record")
@@ -453,14 +462,14 @@ def test_full_node_log_file_system_kill_9_then_space_again_keeps_exactly_once(
     path = log_path(tmp_path)
     try:
         with tmpfs(tmp_path / "logs", "64m"):
-            agg = cli(tmp_path, "--nice", "0", *flags)
+            agg = _agg(tmp_path, "--nice", "0", *flags)
             started(tmp_path, agg)
             wait_for(lambda: len(log_lines(path)) > 500, timeout=60, what="records written")
             filler = _fill(tmp_path / "logs")
             wait_for(lambda: "cannot write the node log" in agg.err(), timeout=60, what="ENOSPC")
             agg.send_signal(signal.SIGKILL)
             agg.wait(timeout=30)
-            agg = cli(tmp_path, "--nice", "0", *flags)
+            agg = _agg(tmp_path, "--nice", "0", *flags)
             wait_for(lambda: "cannot" in agg.err(), timeout=60, what="the full disk again")
             filler.unlink()
             lines = len(log_lines(path))
@@ -582,7 +591,7 @@ def test_a_quiet_writers_consumed_files_are_deleted_while_it_lives(
             w.rotate()
     first = spool_dir(tmp_path) / w.path.name.replace(".000002.", ".000000.")
     assert first.exists()
-    agg = cli(tmp_path, "--nice", "0", *(CHRONO if chrono else []))
+    agg = _agg(tmp_path, "--nice", "0", *(CHRONO if chrono else []))
     try:
         started(tmp_path, agg)
         path = log_path(tmp_path)
@@ -646,7 +655,7 @@ def test_a_drain_with_the_merge_and_otlp_deletes_every_delivered_file(
         w.log(f"held {i}")
     w.close()
     env = {"NVRX_OTEL_HOLD_WINDOW_MS": "600000"}  # held until the drain's end
-    agg = cli(tmp_path, "--nice", "0", "--otlp-endpoint", receiver.endpoint, *CHRONO, env=env)
+    agg = _agg(tmp_path, "--nice", "0", "--otlp-endpoint", receiver.endpoint, *CHRONO, env=env)
     started(tmp_path, agg)
     (tmp_path / "done").touch()
     code, err = finish(agg)
@@ -687,7 +696,7 @@ def test_files_otlp_delivers_in_the_drain_are_deleted_before_exit(
         w.log(f"late {i}")
     w.close()
     env = {"NVRX_OTEL_HOLD_WINDOW_MS": "600000"}  # held until the drain's end
-    agg = cli(
+    agg = _agg(
         tmp_path, "--nice", "0", "--otlp-endpoint", receiver.endpoint, *CHRONO, env=env,
         command=[sys.executable, "-c", OTLP_LAGS_UNTIL_THE_END],
     )  # fmt: skip

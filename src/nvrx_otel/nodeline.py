@@ -263,8 +263,9 @@ def clean_record_texts(records: list[dict[str, Any]], node: str) -> list[str]:
 
     The middle of a line, ``[<LEVEL>] [<node>] [<ranks>] <file>:<line> ``, is made once per
     call site (level, ranks, path and line, fetched by one ``itemgetter``) and looked up
-    for the other records of the site; a record without one of those fields, or with a
-    ``file``, has it made on its own."""
+    for the other records of the site; a record without one of those fields, with a
+    ``file``, or with a rank that is not an ``int`` (``1.0`` and ``true`` are keys equal to
+    ``1`` but are shown as written), has it made on its own."""
     out: list[str] = []
     append = out.append
     stamps = _STAMPS
@@ -286,7 +287,12 @@ def clean_record_texts(records: list[dict[str, Any]], node: str) -> list[str]:
                 site = site_of(d)
             except KeyError:  # a field left out (an unknown rank): this record's own
                 site = None
-            if site is None or "file" in d:
+            if (
+                site is None
+                or "file" in d
+                # equal is not enough: 1, 1.0 and true are equal keys but different texts
+                or not type(site[1]) is type(site[2]) is type(site[3]) is type(site[4]) is int
+            ):
                 g = d.get
                 block = _rank_block(node, g("rank"), g("lrank"), g("irank"), g("ilrank"))
                 file = d.get("file") or source_file(d["path"])

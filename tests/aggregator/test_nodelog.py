@@ -247,6 +247,31 @@ def test_records_of_shared_call_sites_give_the_careful_paths_text(
         assert format_clean_records(batch, "node") == text
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                **_site_fields,
+                "rank": st.sampled_from([1, 1.0, True, "1", None]),
+                "lrank": st.sampled_from([0, 0.0, False, -0.0]),
+                "ilrank": st.just(1),
+            }
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_ranks_equal_as_values_but_of_other_types_keep_their_own_text(
+    batch: list[dict[str, Any]],
+) -> None:
+    """The identity fields' type is free (shown as they are): ``1``, ``1.0`` and ``true``
+    are one cache key but three texts; the fast path writes each as the careful path does."""
+    text = "".join(format_record(r, "node") for r in batch)
+    if is_clean(b"".join(rec.encode(r) for r in batch)):
+        assert format_clean_records(batch, "node") == text
+
+
 # --- rotation ------------------------------------------------------------------------------
 
 

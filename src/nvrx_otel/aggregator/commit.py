@@ -61,6 +61,7 @@ class Progress:
     _backlog_bytes: int
     _waker: Waker
     _committing: tuple[CommitThread, _Pending] | None  # a commit whose durable part runs
+    _landed: bool  # a commit took effect since consumed files were last deleted
 
     def _new_merge(self) -> ChronoMerge | None:
         if not self.config.chrono:
@@ -210,6 +211,7 @@ class Progress:
 
     def _end_commit(self, pending: _Pending) -> None:
         """A commit is durable: it takes effect."""
+        self._landed = True
         self._log.committed = pending.length
         for f, done in pending.done:
             f.committed = done

@@ -432,6 +432,9 @@ def _report_corrupt(
         key=f"{f.writer}-corrupt-{f.parts.index}-{end}",
     )
     chunk.corrupt += count
+    # its identity may come from an earlier chunk or the header, whose bytes this chunk's
+    # cleanness (nodelog.is_clean) did not see: its text takes the careful path
+    chunk.clean = False
     _append_report(chunk, report, count, end)
 
 

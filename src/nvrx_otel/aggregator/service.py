@@ -119,6 +119,7 @@ class Aggregator(Progress):
         self._dirty = False
         self._last_commit = 0.0
         self._committing = None
+        self._landed = False  # a commit took effect since consumed files were last deleted
         self._broken = False
         self._cycles = 0
 
@@ -373,15 +374,23 @@ class Aggregator(Progress):
         ):
             self._flush_dedup()
         if self._merge is not None:
-            self._out.released(self._merge.pop(time.time_ns()))
+            released = self._merge.pop(time.time_ns())
+            if released.count:
+                self._out.released(released)
+                # the files' positions moved past what the last commit held (it may have
+                # begun while these records were held): they are the next commit's
+                self._dirty = True
         if (not backlog or self.stop_reason is not None) and self._ledgers.settle(
             spool, self._out, self._log, self.health, self._totals
         ):
             self._dirty = True
         self._dirty = self._dirty or any(sink.dirty for sink in self._sinks.values())
-        # the last commit is durable now: what it consumed goes; and with nothing to commit,
-        # files become final with time alone: delete them all the same
-        if self._poll_commit() or not self._dirty:
+        # a commit took effect (the one begun last is durable now, or a rotation's, made on
+        # this thread: while the node log rotates more often than the loop commits, those
+        # are the only ones): what it consumed goes; and with nothing to commit, files
+        # become final with time alone: delete them all the same
+        if self._poll_commit() or self._landed or not self._dirty:
+            self._landed = False
             self._delete_consumed()
         # Caught up: commit, unless this cycle wrote records and the last commit is recent
         # (cycles come every ACTIVE_POLL_S while ranks log: each commit costs fsyncs). The
@@ -491,6 +500,9 @@ class Aggregator(Progress):
             if deadline == float("inf"):
                 deadline = time.monotonic() + self.config.drain_timeout
             deliver_and_stop(self._sinks, deadline)
+            # what the sinks delivered in the drain is committed before deleting: a file
+            # goes only once every sink's committed cursor is past it
+            self._commit()
             self._delete_consumed()
             self._commit()
             live = self._spool.live_writers()

@@ -375,7 +375,7 @@ class Aggregator(Progress):
             self._flush_dedup()
         if self._merge is not None:
             released = self._merge.pop(time.time_ns())
-            if released.count:
+            if released.pieces:  # (records, or tombstones: positions move either way)
                 self._out.released(released)
                 # the files' positions moved past what the last commit held (it may have
                 # begun while these records were held): they are the next commit's

@@ -47,34 +47,25 @@ def test_identity_strict_fails_with_one_clear_line() -> None:
 
 
 def test_demo_runs_without_any_server(tmp_path: Path) -> None:
-    """The README's first command: no options, no collector, output under the cwd."""
-    out = subprocess.run(
-        [sys.executable, "-m", "nvrx_otel.cli", "demo", "--steps", "3"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=240,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
-    (run,) = (tmp_path / "nvrx-otel-demo").iterdir()
-    assert f"writing to {run}" in out.stdout and "the job finished" in out.stdout
-    assert sorted(p.name for p in (run / "logs").iterdir()) == [
-        "nvrx_log_node0.log",
-        "nvrx_log_node1.log",
-    ]
-
-
-def test_demo_prints_long_paths_whole(tmp_path: Path) -> None:
-    """Paths wider than the console come out on one line each, ready to copy (piped
-    output: the console is 120 columns wide)."""
+    """The README's first command: no options, no collector, output under the cwd. Run
+    deep down, its paths are wider than the console (piped: 120 columns) and still come
+    out whole, one line each, ready to copy."""
     cwd = tmp_path / ("d" * 80) / ("e" * 80)
     cwd.mkdir(parents=True)
     out = subprocess.run(
-        [sys.executable, "-m", "nvrx_otel.cli", "demo", "--steps", "2"],
+        [sys.executable, "-m", "nvrx_otel.cli", "demo", "--steps", "3"],
         capture_output=True, text=True, cwd=cwd, timeout=240,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     (run,) = (cwd / "nvrx-otel-demo").iterdir()
+    assert "the job finished" in out.stdout, out.stdout
     assert f"writing to {run}\n" in out.stdout, out.stdout
     assert f"nvrx-otel logs {run / 'logs'}\n" in out.stdout, out.stdout
     assert f"--perfetto {run / 'trace.json'}\n" in out.stdout, out.stdout
+    assert sorted(p.name for p in (run / "logs").iterdir()) == [
+        "nvrx_log_node0.log",
+        "nvrx_log_node1.log",
+    ]
 
 
 @pytest.mark.parametrize(

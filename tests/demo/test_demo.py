@@ -340,10 +340,19 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
+# Ctrl-C at a terminal: SIGINT with its default action, whatever this test runner inherited
+# (a shell without job control starts background commands with SIGINT ignored, and an
+# ignored SIGINT stays ignored across exec).
+CTRL_C_ABLE = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'nvrx-otel'; runpy.run_module('nvrx_otel.cli', run_name='__main__')"
+)
+
+
 def test_ctrl_c_stops_the_ranks_drains_the_aggregators_and_exits_130(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = spawn(
-        [sys.executable, "-m", "nvrx_otel.cli", "demo", "--out", str(out), "--steps", "1000",
+        [sys.executable, "-c", CTRL_C_ABLE, "demo", "--out", str(out), "--steps", "1000",
          "--nodes", "2", "--ranks-per-node", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
     )  # fmt: skip

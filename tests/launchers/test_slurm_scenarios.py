@@ -246,7 +246,13 @@ def test_scancel_while_the_aggregator_starts_keeps_every_record(job: Job) -> Non
     job.env["PATH"] = f"{shim_dir}:{job.env['PATH']}"
     job.submit("until_term", "-n", "2", "--overcommit")
     spool = job.tmp / "spool"
-    job.slurm.wait_until("records spooled", lambda: spooled_anywhere(spool) > 100_000, 90)
+    # Both tasks logging (each handles SIGTERM from before its first record on; a task
+    # still starting would die of the signal), and plenty spooled.
+    job.slurm.wait_until(
+        "records spooled by both tasks",
+        lambda: spooled_anywhere(spool) > 100_000 and len(spooling_pids(spool)) == 2,
+        90,
+    )
     done = job.slurm.run("scancel", job.id)
     assert done.returncode == 0, done.stderr
     job.slurm.wait_until("the tasks' SIGTERM", lambda: len(counts(job)) == 2, 60)
@@ -258,6 +264,11 @@ def test_scancel_while_the_aggregator_starts_keeps_every_record(job: Job) -> Non
         assert kept[procid] + dropped[procid] == count, (
             procid, kept[procid], dropped[procid], count, job.output(),
         )  # fmt: skip
+
+
+def spooling_pids(root: Path) -> set[str]:
+    """The processes (``p<pid>`` of the names) with spool files under the spool root."""
+    return {p.name.split(".")[1] for p in root.glob("*/*.jsonl")}
 
 
 def spooled_anywhere(root: Path) -> int:

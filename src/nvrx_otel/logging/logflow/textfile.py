@@ -269,10 +269,10 @@ class TextFile:
         try:
             data = text.encode()
         except Exception:  # lone surrogates (undecodable file names), no memory for the bytes
-            escaped = self.escaped(text)
-            if escaped is None:
+            encoded = self.encoded(text)
+            if encoded is None:
                 return
-            data = escaped
+            data = encoded
         with self.lock:
             self.append(data)
         if self.closed:  # removed while this line was written: closing is left to its writer
@@ -320,12 +320,12 @@ class TextFile:
         site = self.sites[key] = self.middle.format_map(fields)
         return site
 
-    def escaped(self, text: str) -> bytes | None:
-        """UTF-8 of a line ``str.encode`` refused: lone surrogates escaped (``\\udcff``, as
+    def encoded(self, text: str) -> bytes | None:
+        """``safe_text`` of a line ``str.encode`` refused (lone surrogates escaped, as
         loguru's file sink with ``errors="backslashreplace"`` writes them); None when that
         fails too (no memory for the bytes: the line is lost, counted as a write error)."""
         try:
-            return text.encode("utf-8", "backslashreplace")
+            return safe_text(text)
         except Exception as exc:
             losses.add(self.path, exc)
             return None

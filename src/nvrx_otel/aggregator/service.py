@@ -389,7 +389,8 @@ class Aggregator(Progress):
         # this thread: while the node log rotates more often than the loop commits, those
         # are the only ones): what it consumed goes; and with nothing to commit, files
         # become final with time alone: delete them all the same
-        if self._poll_commit() or self._landed or not self._dirty:
+        self._poll_commit()  # (one durable now takes effect: _end_commit sets _landed)
+        if self._landed or not self._dirty:
             self._landed = False
             self._delete_consumed()
         # Caught up: commit, unless this cycle wrote records and the last commit is recent

@@ -29,6 +29,10 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in list(os.environ):
         if name.startswith(_LAUNCHER_PREFIXES):
             monkeypatch.delenv(name)
+    # A test process (and the ranks it starts) has no watcher unless a test asks for one:
+    # pytest's own capture holds fd 1 and 2, and its faulthandler the fatal signals.
+    monkeypatch.setenv("NVRX_OTEL_CAPTURE_OUTPUT", "off")
+    monkeypatch.setenv("NVRX_OTEL_CAPTURE_STACKS", "off")
     identity.clear_identity()
     envparse._warned.clear()  # each test sees its own one-time warnings
     yield

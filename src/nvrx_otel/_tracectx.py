@@ -86,3 +86,26 @@ def add_ids(record: dict[str, Any]) -> None:
         record["trace_id"] = format(ctx.trace_id, "032x")
         record["span_id"] = format(ctx.span_id, "016x")
         record["tf"] = int(ctx.trace_flags)
+
+
+_REMEMBERED = "__nvrx_otel_span__"
+
+
+def remember(exc: BaseException, span: Any) -> None:
+    """Note on ``exc`` the span it escapes from, unless an inner span did already: the
+    uncaught-exception hook runs after every span has ended, in no span."""
+    try:
+        if getattr(exc, _REMEMBERED, None) is None:
+            ids = span.get_span_context()
+            if ids.is_valid:
+                setattr(exc, _REMEMBERED, (ids.trace_id, ids.span_id, int(ids.trace_flags)))
+    except Exception:  # an exception type that takes no attributes: no context then
+        pass
+
+
+def remembered(exc: BaseException) -> dict[str, Any] | None:
+    """``trace_id``/``span_id``/``tf`` of the span ``exc`` escaped from, if noted."""
+    ids = getattr(exc, _REMEMBERED, None)
+    if not isinstance(ids, tuple) or len(ids) != 3:
+        return None
+    return {"trace_id": format(ids[0], "032x"), "span_id": format(ids[1], "016x"), "tf": ids[2]}

@@ -26,11 +26,13 @@ from typing import Final
 from nvrx_otel.envparse import SETTINGS as SETTINGS
 from nvrx_otel.envparse import Setting as Setting
 from nvrx_otel.envparse import parse_any as parse_any
+from nvrx_otel.envparse import parse_auto_flag as parse_auto_flag
 from nvrx_otel.envparse import parse_flag as parse_flag
 from nvrx_otel.envparse import parse_nonneg_float as parse_nonneg_float
 from nvrx_otel.envparse import parse_nonneg_int as parse_nonneg_int
 from nvrx_otel.envparse import parse_path as parse_path
 from nvrx_otel.envparse import parse_positive_int as parse_positive_int
+from nvrx_otel.envparse import parse_signal as parse_signal
 from nvrx_otel.envparse import parse_tags as parse_tags
 from nvrx_otel.envparse import parse_text as parse_text
 from nvrx_otel.envparse import read as read
@@ -109,6 +111,38 @@ DISABLED: Final = Setting(
     False,
     """``1``/``true``/``yes``/``on`` turns off every nvrx-otel side effect beyond plain stderr
 logging (no spool, no tracing, no export).""",
+)
+
+NVRX_OTEL_CAPTURE_OUTPUT: Final = "NVRX_OTEL_CAPTURE_OUTPUT"
+CAPTURE_OUTPUT: Final = Setting(
+    NVRX_OTEL_CAPTURE_OUTPUT,
+    parse_auto_flag,
+    None,
+    """Whether a spooling process records what is written to its file descriptors 1 and 2
+(native code and child processes included) as ``stdout``/``stderr`` records, one per line;
+the original destination still receives every byte. ``auto`` (the default): for each
+descriptor that is not a terminal. ``on`` captures a terminal too (its ``isatty()`` then
+turns false); ``off`` captures nothing. See docs/capture.md.""",
+)
+
+NVRX_OTEL_CAPTURE_STACKS: Final = "NVRX_OTEL_CAPTURE_STACKS"
+CAPTURE_STACKS: Final = Setting(
+    NVRX_OTEL_CAPTURE_STACKS,
+    parse_flag,
+    True,
+    """Whether a spooling process records the Python stack of every thread when it dies of a
+fatal signal (SIGSEGV, SIGFPE, SIGABRT, SIGBUS, SIGILL) or receives SIGTERM, and how it
+ended (exit status, signal, vanished). On by default.""",
+)
+
+NVRX_OTEL_STACKS_SIGNAL: Final = "NVRX_OTEL_STACKS_SIGNAL"
+STACKS_SIGNAL: Final = Setting(
+    NVRX_OTEL_STACKS_SIGNAL,
+    parse_signal,
+    None,
+    """A signal (``SIGUSR1``, say) on which a spooling process records the Python stack of
+every thread and carries on, to look at a live hang (``srun --signal``, ``kill``). Not
+taken over when the program has a handler of its own for it. Default: unset (none).""",
 )
 
 NVRX_OTEL_NODE_LOG_MAX_MB: Final = "NVRX_OTEL_NODE_LOG_MAX_MB"

@@ -165,7 +165,38 @@ def format_tags(tags: tuple[tuple[str, str], ...]) -> str:
 
 # --- the table ----------------------------------------------------------------------------
 
+
+def parse_auto_flag(name: str, value: str) -> bool | None:
+    """``auto`` (or empty) → None (decided where it is used), else as :func:`parse_flag`."""
+    if value.strip().lower() in ("auto", ""):
+        return None
+    try:
+        return parse_flag(name, value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r}: expected auto, on or off") from None
+
+
+def parse_signal(name: str, value: str) -> int | None:
+    """A signal by name (``SIGUSR1``, ``USR1``, any case) or number; empty → None."""
+    import signal
+
+    v = value.strip().upper()
+    if not v:
+        return None
+    if v.isdigit():
+        number = int(v)
+        if number in set(signal.valid_signals()):
+            return number
+    else:
+        found = getattr(signal, v if v.startswith("SIG") else "SIG" + v, None)
+        if isinstance(found, signal.Signals):
+            return int(found)
+    raise ValueError(f"{name}={value!r}: expected a signal name such as SIGUSR1")
+
+
 _KINDS: Final[dict[Callable[[str, str], object], str]] = {
+    parse_auto_flag: "auto/on/off",
+    parse_signal: "signal name",
     parse_flag: "flag",
     parse_nonneg_int: "whole number >= 0",
     parse_positive_int: "whole number >= 1",

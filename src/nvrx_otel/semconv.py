@@ -86,6 +86,18 @@ JOB_ID: Final = "nv.nvrx.job.id"
 NODE_ID: Final = "nv.nvrx.node.id"
 """Node identifier used in node log names and records (NVRX_OTEL_NODE_ID, else the host name)."""
 
+PROCESS_OUTCOME: Final = "nv.nvrx.process.outcome"
+"""How the process ended, as far as its node can know."""
+
+PROCESS_SIGNAL: Final = "nv.nvrx.process.signal"
+"""The signal a record is about (the one that killed the process, or the one whose receipt made it record its stacks)."""
+
+PROCESS_STACKS: Final = "nv.nvrx.process.stacks"
+"""Why the record holds the Python stack of every thread of the process (in exception.stacktrace)."""
+
+PROCESS_UNCAUGHT: Final = "nv.nvrx.process.uncaught"
+"""The thread an uncaught exception ended (main, or the thread's name)."""
+
 RECORD_KEY: Final = "nv.nvrx.record.key"
 """Per-record de-duplication key, the same value as log.record.uid. Deprecated: use ``log.record.uid``. Emitted with the same value as log.record.uid until the next release, then no more."""
 
@@ -143,8 +155,14 @@ EXCEPTION_TYPE: Final = "exception.type"
 HOST_NAME: Final = "host.name"
 """Host name of the machine. (OpenTelemetry, development)"""
 
+LOG_IOSTREAM: Final = "log.iostream"
+"""The stream (stdout or stderr) a captured line was written to. (OpenTelemetry, development)"""
+
 LOG_RECORD_UID: Final = "log.record.uid"
 """Per-record de-duplication key, the writer's random 64-bit id and its sequence number as `<16 hex>-<hex seq>`; unique per record and the same on re-delivery. (OpenTelemetry, development)"""
+
+PROCESS_EXIT_CODE: Final = "process.exit.code"
+"""The exit code of a process that exited, when its node saw it. (OpenTelemetry, release_candidate)"""
 
 PROCESS_PID: Final = "process.pid"
 """Process identifier. (OpenTelemetry, development)"""
@@ -189,8 +207,40 @@ class DropReasonValues(str, Enum):
     OTLP_BACKLOG = "otlp_backlog"
     """Records dropped from the OTLP backlog under spool-budget pressure after the node log had them."""
 
+    CAPTURE_BACKLOG = "capture_backlog"
+    """Lines of captured stdout/stderr the watcher could not record as fast as the process wrote them (they still reached the original destination)."""
+
     OTLP_REJECTED = "otlp_rejected"
     """Records the OTLP endpoint refused for good (an HTTP 4xx or gRPC error not worth a retry) or rejected in a partial success, after the node log had them."""
+
+
+class ProcessOutcomeValues(str, Enum):
+    """Values of ``nv.nvrx.process.outcome``."""
+
+    EXIT = "exit"
+    """The process exited (process.exit.code when it was seen; 0 is a clean exit)."""
+
+    EXCEPTION = "exception"
+    """An uncaught exception ended the process."""
+
+    SIGNAL = "signal"
+    """A signal killed the process (nv.nvrx.process.signal)."""
+
+    VANISHED = "vanished"
+    """The process died without an exit status, exception or signal seen, as SIGKILL and the OOM killer leave it."""
+
+
+class ProcessStacksValues(str, Enum):
+    """Values of ``nv.nvrx.process.stacks``."""
+
+    FATAL = "fatal"
+    """The process dies of a fatal signal (SIGSEGV, SIGFPE, SIGABRT, SIGBUS, SIGILL)."""
+
+    TERMINATE = "terminate"
+    """The process received SIGTERM."""
+
+    REQUESTED = "requested"
+    """The process received the stacks signal (NVRX_OTEL_STACKS_SIGNAL) and carries on."""
 
 
 # --- span kinds ----------------------------------------------------------------------

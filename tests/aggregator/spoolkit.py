@@ -23,12 +23,18 @@ NODE = "testnode"
 ROOT = Path(__file__).resolve().parents[2]
 
 
+NO_WATCHER = {"NVRX_OTEL_CAPTURE_OUTPUT": "off", "NVRX_OTEL_CAPTURE_STACKS": "off"}
+"""No watcher in a rank a test starts (its records would change every count) unless the
+test asks for one."""
+
+
 def process_env(tmp: Path, node: str, **extra: str) -> dict[str, str]:
     """The environment of a rank or aggregator process a test starts: this machine's
     without OTEL_/RANK/NVRX_ variables, the spool under ``tmp``, node id ``node``, this
-    checkout importable, then ``extra``."""
+    checkout importable, no watcher (``NVRX_OTEL_CAPTURE_*`` off), then ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK", "NVRX_"))}
     env.update(NVRX_NODE_LOCAL_TMPDIR=str(tmp / "spool"), NVRX_OTEL_NODE_ID=node)
+    env.update(NO_WATCHER)
     env["PYTHONPATH"] = str(ROOT)
     env.update(extra)
     return env
@@ -195,7 +201,7 @@ def ledger(path: Path) -> tuple[list[str], int, int]:
 def writer_env(tmp: Path, **extra: str) -> dict[str, str]:
     """The environment of a rank process writing to the test spool (job ``job1``)."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "NVRX", "RANK"))}
-    full.update({"SLURM_JOB_ID": "job1", "NVRX_OTEL_NODE_ID": NODE})
+    full.update({"SLURM_JOB_ID": "job1", "NVRX_OTEL_NODE_ID": NODE, **NO_WATCHER})
     full.update(extra)
     return full
 

@@ -17,7 +17,16 @@ from pathlib import Path
 
 from nvrx_otel.spool import wake
 from nvrx_otel.spool.paths import WAKE_NAME
-from tests.aggregator.spoolkit import cli, finish, log_path, messages, spool_dir, started, wait_for
+from tests.aggregator.spoolkit import (
+    NO_WATCHER,
+    cli,
+    finish,
+    log_path,
+    messages,
+    spool_dir,
+    started,
+    wait_for,
+)
 
 _BURST = textwrap.dedent(
     """
@@ -37,6 +46,7 @@ def test_nvrx_burst_of_2000_with_50_files_of_10_kb_keeps_every_record(tmp_path: 
     started(tmp_path, agg)
     ranks = 3
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "NVRX", "RANK"))}
+    env.update(NO_WATCHER)
     env.update(settings, SLURM_JOB_ID="job1", NVRX_OTEL_NODE_ID="testnode")
     procs = [
         subprocess.Popen(
@@ -63,6 +73,7 @@ def test_writer_under_budget_pressure_wakes_the_aggregator(tmp_path: Path) -> No
     directory = spool_dir(tmp_path)
     wait_for(lambda: (directory / WAKE_NAME).exists(), timeout=30, what="the wake FIFO")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "NVRX", "RANK"))}
+    env.update(NO_WATCHER)
     env.update(
         SLURM_JOB_ID="job1",
         NVRX_OTEL_NODE_ID="testnode",

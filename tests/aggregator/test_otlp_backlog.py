@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from nvrx_otel import semconv
-from tests.aggregator.spoolkit import wait_for
+from tests.aggregator.spoolkit import NO_WATCHER, wait_for
 from tests.conftest import spawn
 from tests.otlp_receiver import OtlpReceiver
 
@@ -25,6 +25,7 @@ RANK = (
 
 def test_otlp_backlog_is_dropped_first_and_reported(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK", "NVRX_"))}
+    env.update(NO_WATCHER)
     env.update(
         NVRX_NODE_LOCAL_TMPDIR=str(tmp_path / "spool"),
         NVRX_OTEL_NODE_ID="n1",

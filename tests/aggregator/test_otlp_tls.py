@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from nvrx_otel.aggregator.otlp_transport import OtlpConfig, Result, Transport, resolve
+from tests.aggregator.spoolkit import NO_WATCHER
 from tests.tlskit import (
     HTTP2_PREFACE,
     Pki,
@@ -294,6 +295,7 @@ def test_the_aggregator_refuses_to_start_on_a_missing_client_key(
 
     missing = tmp_path / "client-key.pem"
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "NVRX", "OTEL"))}
+    environ.update(NO_WATCHER)
     environ.update(
         OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
         OTEL_EXPORTER_OTLP_ENDPOINT="https://127.0.0.1:1",

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.aggregator.spoolkit import wait_for
+from tests.aggregator.spoolkit import NO_WATCHER, wait_for
 from tests.conftest import spawn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +32,7 @@ class Node:
             if not k.startswith(("SLURM", "NVRX", "RANK", "LOCAL_RANK", "OTEL_"))
         }
         self.env.update(NVRX_NODE_LOCAL_TMPDIR=str(self.spool), NVRX_OTEL_NODE_ID=NODE)
+        self.env.update(NO_WATCHER)
         self.env["PYTHONPATH"] = str(ROOT)
         self.env.update(env)
         self.agg: subprocess.Popen[str] | None = None

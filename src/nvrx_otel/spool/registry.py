@@ -36,11 +36,25 @@ def get_writer(
             writer = _writers[key] = SpoolWriter(
                 key, proc=proc, max_file_size=max_file_size, budget=budget
             )
+            _watch(writer)
         else:
             writer.configure(max_file_size, budget)
             if proc is not None:
                 writer.rename(proc)
         return writer
+
+
+def _watch(writer: SpoolWriter) -> None:
+    """The first writer of a process starts its watcher and uncaught-exception hooks."""
+    try:
+        from nvrx_otel.watch import capture, uncaught
+
+        uncaught.install(writer)
+        capture.start(writer)
+    except Exception as exc:  # telemetry never raises into training
+        from nvrx_otel import env
+
+        env.warn_once(f"cannot watch this process: {exc!r}")
 
 
 def writer_for_root(

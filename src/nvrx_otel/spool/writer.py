@@ -23,6 +23,7 @@ import itertools
 import os
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -170,6 +171,21 @@ class SpoolWriter(WriterSlowPath):
         the resource of every record in it, keeps the attributes from before)."""
         self._resource = resource  # one assignment: the next header reads one or the other
         return self._files.index >= 0
+
+    def write_for(self, identity_fields: dict[str, Any], resource: dict[str, Any]) -> None:
+        """Give this writer's records (and the headers of its files) another process's
+        identity and resource: a watcher writes what it captured of its rank as the rank's
+        records. Call before the first record."""
+        self.identity_fields = dict(identity_fields)
+        self.identity_suffix = rec.identity_suffix(self.identity_fields)
+        self._resource = dict(resource)
+
+    def count_lost(self, n: int, reason: str) -> None:
+        """Count ``n`` records that never reached this writer (a watcher shed them) as
+        dropped for ``reason``; never raises."""
+        ts = time.time_ns()
+        for _ in range(max(0, n)):
+            self._count_drop(ts, reason)
 
     def restart_in_child(self) -> None:
         """In a forked child: drop the parent's descriptors (its locks stay the parent's)."""

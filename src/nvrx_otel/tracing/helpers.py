@@ -31,7 +31,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import INVALID_SPAN, SpanKind, Status, StatusCode
 
-from nvrx_otel import _version, env
+from nvrx_otel import _tracectx, _version, env
 from nvrx_otel.semconv import (
     CKPT_CALL_IDX,
     ERROR_TYPE,
@@ -350,6 +350,8 @@ class SpanHelper(Scope):
                 var.reset(self._token)  # type: ignore[arg-type]
             except (ValueError, RuntimeError):  # entered in another context: go on
                 pass
+        if exc is not None:
+            _tracectx.remember(exc, span)
         try:
             if exc is not None and isinstance(exc, _ERRORS) and span.is_recording():
                 span.set_attribute(ERROR_TYPE, type_name(exc))

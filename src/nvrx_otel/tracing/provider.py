@@ -294,6 +294,8 @@ class CurrentSpan(Scope):
                 var.reset(self._token)  # type: ignore[arg-type]
             except (ValueError, RuntimeError):  # entered in another context: go on
                 pass
+        if exc is not None:
+            _tracectx.remember(exc, span)
         try:
             if exc is not None and isinstance(exc, Exception) and span.is_recording():
                 if self._record_exception:

@@ -28,7 +28,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util import types
 
-from nvrx_otel import env
+from nvrx_otel import _tracectx, env
 from nvrx_otel import record as rec
 from nvrx_otel.semconv import EXCEPTION_MESSAGE, EXCEPTION_STACKTRACE, EXCEPTION_TYPE
 from nvrx_otel.spool.writer import SpoolWriter, append
@@ -605,6 +605,7 @@ class LeanSpan(trace.Span):
     ) -> None:
         """Ends the span; as the SDK's, records an exception and sets status ERROR first."""
         if exc_val is not None and self._end is None:
+            _tracectx.remember(exc_val, self)
             if self._flags & 1:
                 self.record_exception(exc_val, escaped=True)
             if self._flags & 2:

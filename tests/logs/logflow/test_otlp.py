@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from nvrx_otel import semconv
+from tests.aggregator.spoolkit import NO_WATCHER
 from tests.conftest import spawn
 from tests.otlp_receiver import OtlpReceiver
 
@@ -31,6 +32,7 @@ shutdown_logging()
 
 def test_loguru_records_reach_the_otlp_receiver_with_trace_ids(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK", "NVRX_"))}
+    env.update(NO_WATCHER)
     env.update(
         NVRX_NODE_LOCAL_TMPDIR=str(tmp_path / "spool"),
         NVRX_OTEL_NODE_ID="n1",

@@ -1,0 +1,95 @@
+"""What a rank tells its watcher, and how: one JSON object per line on the notes pipe.
+
+Each note is one ``write`` of less than ``PIPE_BUF`` bytes (atomic on a pipe), sent
+without blocking: a note that finds the pipe full is dropped (the watcher is gone or
+stuck; a rank never waits for it). Kinds:
+
+- ``expect``: lines about to be printed on stream ``s`` (1 or 2) that are records already
+  (a traceback the uncaught-exception hook recorded, a console handler's copy of a
+  record); ``h`` holds the hash of each line, and the watcher forwards those lines but
+  does not record them a second time.
+- ``exc``: the process is ending on an uncaught exception of type ``t``.
+- ``exit``: the interpreter is exiting normally (``atexit`` ran).
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections import Counter
+from typing import Any, Final
+
+import orjson
+
+PIPE_BUF: Final = 4096
+_MAX_HASHES: Final = 300  # ids of up to 10 digits: a note stays under PIPE_BUF
+
+
+def line_hash(line: bytes) -> int:
+    """The hash both sides compute of a line (its bytes without ``\\r`` and ``\\n``)."""
+    return zlib.crc32(line.rstrip(b"\r"))
+
+
+def send(fd: int, note: dict[str, Any]) -> bool:
+    """Write one note without blocking; False when it could not be written whole."""
+    data = orjson.dumps(note) + b"\n"
+    if len(data) >= PIPE_BUF:
+        return False
+    try:
+        return os.write(fd, data) == len(data)
+    except OSError:  # full (EAGAIN), or the watcher is gone
+        return False
+
+
+def send_expected(fd: int, stream: int, text: bytes) -> None:
+    """Tell the watcher that ``text`` is about to be written to ``stream``, recorded."""
+    hashes = [line_hash(line) for line in text.split(b"\n") if line.strip(b"\r")]
+    for i in range(0, len(hashes), _MAX_HASHES):
+        send(fd, {"k": "expect", "s": stream, "h": hashes[i : i + _MAX_HASHES]})
+
+
+class Expected:
+    """The watcher's side of ``expect``: a bounded multiset of line hashes per stream."""
+
+    LIMIT: Final = 100_000
+
+    def __init__(self) -> None:
+        self._by_stream: dict[int, Counter[int]] = {1: Counter(), 2: Counter()}
+
+    def add(self, stream: int, hashes: list[int]) -> None:
+        counts = self._by_stream.get(stream)
+        if counts is None:
+            return
+        if sum(counts.values()) + len(hashes) > self.LIMIT:
+            counts.clear()  # never matched (their print failed): start over
+        counts.update(h for h in hashes if isinstance(h, int))
+
+    def take(self, stream: int, line: bytes) -> bool:
+        """True (and forgotten) when ``line`` was expected on ``stream``."""
+        counts = self._by_stream.get(stream)
+        if not counts:
+            return False
+        h = line_hash(line)
+        n = counts.get(h, 0)
+        if not n:
+            return False
+        if n == 1:
+            del counts[h]
+        else:
+            counts[h] = n - 1
+        return True
+
+
+def parse(data: bytes) -> list[dict[str, Any]]:
+    """The notes in ``data`` (whole lines); anything undecodable is skipped."""
+    out = []
+    for line in data.split(b"\n"):
+        if not line:
+            continue
+        try:
+            note = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(note, dict):
+            out.append(note)
+    return out

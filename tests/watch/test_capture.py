@@ -127,7 +127,7 @@ def test_a_terminal_is_left_alone_unless_forced(tmp_path: Path) -> None:
         assert got.strip() == f"tty={tty},{tty}".encode(), mode
         spool = tmp_path / mode / "spool"
 
-        def captured() -> tuple[list[str]] | None:
+        def captured(spool: Path = spool) -> tuple[list[str]] | None:
             records = log_records(spool)
             if not any("nv.nvrx.process.outcome" in r.get("attrs", {}) for r in records):
                 return None  # the watcher has not finished

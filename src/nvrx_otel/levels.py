@@ -48,6 +48,10 @@ LEVELS: Final = (
 ALIASES: Final = {"WARN": "WARNING", "FATAL": "CRITICAL"}
 """stdlib's other spellings of a named level."""
 
+STREAMS: Final = {"STDOUT": 9, "STDERR": 9}
+"""The level names of captured output lines (``watch``), with their severity (INFO): what a
+program writes to stderr is not by itself a warning."""
+
 _NAMED: Final = {lv.name: lv for lv in LEVELS}
 BY_NAME: Final = {**_NAMED, **{alias: _NAMED[name] for alias, name in ALIASES.items()}}
 """Each level by its name and by its aliases."""
@@ -103,7 +107,7 @@ def severity_of_name(name: object) -> int:
     if not isinstance(name, str):
         return 0
     lv = BY_NAME.get(name.upper())
-    return 0 if lv is None else lv.severity
+    return STREAMS.get(name.upper(), 0) if lv is None else lv.severity
 
 
 def level_of_severity(severity: int) -> Level | None:

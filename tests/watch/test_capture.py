@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pty
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -176,3 +177,60 @@ def _watcher_of(pid: int) -> int:
 
     found: int = wait_for(find, 30, "the watcher")
     return found
+
+
+def test_a_hundred_ranks_writing_stderr_at_full_speed_block_nothing_and_balance(
+    tmp_path: Path,
+) -> None:
+    """100 ranks, each 2,000 lines to stderr as fast as it can: every rank finishes, every
+    destination file has every line, and a real aggregator's node log accounts for every
+    record (kept + reported dropped + corrupt = emitted)."""
+    from tests.aggregator.spoolkit import cli, finish, ledger, log_path, started
+
+    ranks, lines = 100, 2000
+    body = (
+        "setup_logger()\n"
+        "rank = int(os.environ['RANK'])\n"
+        "for i in range(2000):\n"
+        "    os.write(2, f'rank {rank} line {i} '.encode() + b'.' * 100 + b'\\n')\n"
+    )
+    script = tmp_path / "rank.py"
+    script.write_text("import os\nfrom nvrx_otel.logging import setup_logger\n" + body)
+    procs = []
+    for rank in range(ranks):
+        env = process_env(tmp_path, "testnode", RANK=str(rank), SLURM_JOB_ID="job1",
+                          NVRX_OTEL_CAPTURE_OUTPUT="auto",
+                          NVRX_OTEL_CAPTURE_STACKS="on")  # fmt: skip
+        with (tmp_path / f"rank{rank}.err").open("wb") as err:
+            procs.append(spawn([sys.executable, str(script)], stdout=subprocess.DEVNULL,
+                               stderr=err, env=env))  # fmt: skip
+    assert [p.wait(timeout=600) for p in procs] == [0] * ranks
+    for rank in range(ranks):
+        assert (tmp_path / f"rank{rank}.err").read_bytes().count(b"\n") == lines
+    pids = {p.pid for p in procs}
+    wait_for(lambda: not _any_watcher(pids), 300, "every watcher to finish")
+    agg = cli(tmp_path)
+    started(tmp_path, agg)
+    (tmp_path / "done").touch()
+    code, err = finish(agg, timeout=300)
+    assert code == 0, err
+    kept, dropped, corrupt = ledger(log_path(tmp_path))
+    assert len(kept) + dropped + corrupt == ranks * (lines + 1)  # + each one's ending
+    assert (
+        sum(1 for m in kept if m.startswith("process ") and "exited with code 0" in m)
+        + (dropped + corrupt)
+        >= ranks
+    )
+
+
+def _any_watcher(pids: set[int]) -> bool:
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if b"NVRX_OTEL_WATCH_SPEC" in env and any(f'"pid":{p},'.encode() in env for p in pids):
+            return True
+    return False

@@ -57,3 +57,10 @@ def test_without_carriage_returns_lines_are_the_newline_split(chunks: list[bytes
     if expected and expected[-1] == b"":
         expected.pop()
     assert [line.data for line in split(chunks)] == expected
+
+
+def test_captured_lines_are_info_in_the_level_table() -> None:
+    from nvrx_otel import levels
+
+    assert levels.severity_of_name("STDERR") == levels.severity_of_name("stdout") == 9
+    assert levels.severity_of_name("NOTALEVEL") == 0

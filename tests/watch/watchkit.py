@@ -54,6 +54,10 @@ class Run:
         wait_for(lambda: not _watchers_alive(self.proc.pid), timeout, "the watcher to exit")
 
     def captured(self, stream: str) -> list[str]:
+        """The captured lines of ``stream``, once the watcher is done (it records a line
+        left without its newline when the stream closes, which may be after the end)."""
+        if self.proc.poll() is not None:
+            self.watcher_done()
         return [
             r["msg"] for r in self.records() if r.get("attrs", {}).get("log.iostream") == stream
         ]

@@ -7,7 +7,8 @@ stuck; a rank never waits for it). Kinds:
 - ``expect``: lines about to be printed on stream ``s`` (1 or 2) that are records already
   (a traceback the uncaught-exception hook recorded, a console handler's copy of a
   record); ``h`` holds the hash of each line, and the watcher forwards those lines but
-  does not record them a second time.
+  does not record them a second time, also with a ``[<tag>]: `` prefix that a hook
+  wrapping ours added (torch.distributed prefixes each line with ``[rank<N>]: ``).
 - ``exc``: the process is ending on an uncaught exception of type ``t``.
 - ``exit``: the interpreter is exiting normally (``atexit`` ran).
 """
@@ -71,6 +72,12 @@ class Expected:
             return False
         h = line_hash(line)
         n = counts.get(h, 0)
+        if not n and line.startswith(b"["):
+            # a wrapping hook's prefix (torch.distributed's "[rank3]: ") around the line
+            end = line.find(b"]: ", 1, 40)
+            if end > 0:
+                h = line_hash(line[end + 3 :])
+                n = counts.get(h, 0)
         if not n:
             return False
         if n == 1:

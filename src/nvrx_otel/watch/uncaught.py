@@ -85,7 +85,7 @@ def _record(writer: SpoolWriter, etype: Any, value: Any, tb: Any, thread: Any) -
 def _print_announced(call: Any, default: bool) -> None:
     """Run the previous hook; when it is Python's own and stderr is captured, collect
     what it prints, announce it to the watcher, then write it."""
-    err = sys.stderr
+    err = sys.stderr  # (a wrapping hook's buffer, as torch.distributed's: see notes.py)
     if not default or err is None or not capture.captured(2):
         call()
         return

@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import orjson
 
+from nvrx_otel import levels
 from nvrx_otel import record as rec
 from nvrx_otel.semconv import DropReasonValues
 from nvrx_otel.spool.truncate import MARK
@@ -52,6 +53,8 @@ DUMP_QUIET_S: Final = 0.2
 """A dump is complete when its pipe has been quiet this long (or the rank died)."""
 REAP_WAIT_S: Final = 2.0
 """How long the watcher waits for the rank's parent to reap it (for its exit status)."""
+STREAMS_WAIT_S: Final = 1.0
+"""How long the end waits for the captured streams to close (children may hold them)."""
 _SHED = DropReasonValues.CAPTURE_BACKLOG.value
 
 
@@ -111,6 +114,7 @@ class Stream:
 
     def __init__(self, name: str, number: int, read_fd: int, dest_fd: int, w: Watcher) -> None:
         self.name = name
+        self.level = name.upper()  # STDOUT, STDERR
         self.number = number
         self.read_fd = read_fd
         self.dest_fd = dest_fd
@@ -198,8 +202,8 @@ class Stream:
                 self.w.writer.emit(done)
 
     def _line(self, data: bytes, cut: int, ts: int) -> None:
-        if self.w.notes.expected_line(self.number, data):
-            return
+        if not data.strip() or self.w.notes.expected_line(self.number, data):
+            return  # a blank line says nothing; an expected one is a record already
         text = data.decode("utf-8", "replace")
         if self.dumps is not None:
             held, done = self.dumps.take(text, ts)
@@ -213,8 +217,8 @@ class Stream:
             {
                 "k": rec.KIND_LOG,
                 "ts": ts,
-                "sev": 9,
-                "lvl": self.name.upper(),
+                "sev": levels.STREAMS[self.level],
+                "lvl": self.level,
                 "lg": LOGGER,
                 "msg": text,
                 "file": self.name,
@@ -223,9 +227,10 @@ class Stream:
             }
         )
 
-    def join(self) -> None:
-        self.forwarder.join()
-        self.recorder.join()
+    def join(self, timeout: float | None = None) -> None:
+        self.forwarder.join(timeout)
+        if not self.forwarder.is_alive():
+            self.recorder.join(timeout)
 
 
 class Dump:
@@ -361,6 +366,9 @@ class Watcher:
         seen = time.time_ns()
         self.ending.status = self._status(pidfd)
         self._step(force=True)
+        deadline = time.monotonic() + STREAMS_WAIT_S  # the rank's last lines first, mostly
+        for s in self.streams:
+            s.join(max(0.0, deadline - time.monotonic()))
         if self.record_ending:
             self.writer.emit(self.ending.record(seen))
         for s in self.streams:

@@ -80,6 +80,12 @@ def _dedup(quick: bool) -> dict[str, Any]:
     return bench_dedup.run()
 
 
+def _capture(quick: bool) -> dict[str, Any]:
+    from benchmarks import bench_capture
+
+    return bench_capture.run(lines=20_000 if quick else 200_000, rounds=3 if quick else 5)
+
+
 def _logs_view(quick: bool) -> dict[str, Any]:
     from benchmarks import bench_logs_view
 
@@ -104,6 +110,7 @@ SUITES: dict[str, Callable[[bool], dict[str, Any]]] = {
     "logs_view": _logs_view,
     "report": _report,
     "dedup": _dedup,
+    "capture": _capture,
 }
 
 
@@ -124,6 +131,12 @@ def _print(name: str, result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import os
+
+    # No watcher in this process: suites delete their spools while it would still write
+    # there. bench_capture starts the ranks it measures with their own settings.
+    os.environ.setdefault("NVRX_OTEL_CAPTURE_OUTPUT", "off")
+    os.environ.setdefault("NVRX_OTEL_CAPTURE_STACKS", "off")
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
     parser.add_argument("--only", default=",".join(SUITES), help="comma-separated suites")
     parser.add_argument("--json", type=Path, help="write the results as JSON here")

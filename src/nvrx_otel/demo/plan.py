@@ -179,6 +179,11 @@ class Plan:
                 env.SLURM_LOCALID: "0",
                 env.TORCHELASTIC_RUN_ID: self.job_id,
                 env.OTEL_SERVICE_NAME: "nvrx-otel-demo",
+                # A rank's stdout is the demo's event channel to its launcher, and all it
+                # says goes through the logging API: no watcher (the report does not read
+                # the watcher's records yet).
+                env.NVRX_OTEL_CAPTURE_OUTPUT: "off",
+                env.NVRX_OTEL_CAPTURE_STACKS: "off",
             }
         )
         return environ

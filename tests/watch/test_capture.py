@@ -234,3 +234,25 @@ def _any_watcher(pids: set[int]) -> bool:
         if b"NVRX_OTEL_WATCH_SPEC" in env and any(f'"pid":{p},'.encode() in env for p in pids):
             return True
     return False
+
+
+def test_a_spawned_child_that_sets_up_logging_again_is_not_captured_twice(
+    tmp_path: Path,
+) -> None:
+    """A ``spawn`` worker re-runs the main module's setup: what it prints is one record
+    (its ancestor's watcher has it), not two."""
+    r = run(
+        tmp_path,
+        """\
+        import multiprocessing
+        setup_logger()
+        def work():
+            print("from the spawned worker", flush=True)
+        if __name__ == "__main__":
+            p = multiprocessing.get_context("spawn").Process(target=work)
+            p.start(); p.join()
+            print("parent done", flush=True)
+    """,
+    )
+    assert r.proc.returncode == 0
+    assert r.captured("stdout") == ["from the spawned worker", "parent done"]

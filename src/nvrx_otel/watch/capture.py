@@ -83,11 +83,23 @@ def note(kind: str, **fields: Any) -> None:
         notes.send(fd, {"k": kind, **fields})
 
 
+CAPTURED_VAR: Final = "NVRX_OTEL_CAPTURED_PIPES"
+"""The pipes (``<dev>:<inode>``, comma-separated) this process and its ancestors put on fd
+1 and 2, inherited by children: a child (a ``spawn`` worker that sets up logging again)
+writing into one is captured already, by its ancestor's watcher, and is not again."""
+
+
+def _pipe_id(st: os.stat_result) -> str:
+    return f"{st.st_dev}:{st.st_ino}"
+
+
 def _decide(fd: int, setting: bool | None) -> bool:
     try:
-        os.fstat(fd)
+        st = os.fstat(fd)
     except OSError:
         return False  # closed: nothing to capture
+    if _pipe_id(st) in os.environ.get(CAPTURED_VAR, "").split(","):
+        return False  # an ancestor's watcher records what goes in there
     if setting is None:
         return not os.isatty(fd)
     return setting
@@ -204,10 +216,14 @@ def _start(writer: SpoolWriter) -> None:
     for fd in give:
         if fd not in (p[0] for p in pipes.values()):
             _close(fd)  # the rank keeps the read ends of the captured pipes (no EPIPE)
+    ids = [i for i in os.environ.get(CAPTURED_VAR, "").split(",") if i]
     for n, (_r, w, _saved) in pipes.items():
         _flush_python(n)
         os.dup2(w, n)
         _close(w)
+        ids.append(_pipe_id(os.fstat(n)))
+    if pipes:
+        os.environ[CAPTURED_VAR] = ",".join(ids[-16:])
     _state.update(
         pid=me,
         proc=proc,

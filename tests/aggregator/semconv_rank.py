@@ -89,12 +89,27 @@ def main() -> None:
         except ValueError:
             log.exception("step failed")
     spans()
+    if mode.startswith("watched"):  # a watcher: captured output, an uncaught exception, an end
+        import os
+        import threading
+
+        os.write(2, b"a line on stderr\n")
+        loader = threading.Thread(target=_raise, name="loader")
+        loader.start()
+        loader.join()
+        if mode == "watched_term":  # SIGTERMed here: its stacks and its end by signal
+            print("ready", flush=True)
+            time.sleep(600)
     if mode == "die_in_span":
         with ft_span(FtSpanKind.TEARDOWN, cycle=0):
             log.error("about to die inside the teardown span")
             print("ready", flush=True)
             time.sleep(600)
     print("ready", flush=True)
+
+
+def _raise() -> None:
+    raise OSError("shard unreadable")
 
 
 if __name__ == "__main__":

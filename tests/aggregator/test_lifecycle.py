@@ -15,6 +15,7 @@ import pytest
 
 from nvrx_otel.aggregator.health import JOB_MISMATCH_EXIT
 from tests.aggregator.spoolkit import (
+    NO_WATCHER,
     NODE,
     AggProc,
     FakeWriter,
@@ -360,6 +361,7 @@ def test_another_jobs_spool_an_aggregator_serves_is_not_a_mismatch(tmp_path: Pat
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "NVRX"))}
+    full_env.update(NO_WATCHER)
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", *args], capture_output=True, text=True, env=full_env, timeout=60

@@ -18,7 +18,7 @@ from nvrx_otel.aggregator.otlp_delivery import JsonLines
 from nvrx_otel.aggregator.otlp_encode import encode_logs
 from nvrx_otel.aggregator.otlp_transport import Result
 from nvrx_otel.aggregator.service import Aggregator
-from tests.aggregator.spoolkit import NODE, config, finish, spawn
+from tests.aggregator.spoolkit import NO_WATCHER, NODE, config, finish, spawn
 from tests.conftest import as_nobody
 
 _RECORD = {"v": 1, "k": "log", "ts": 1_700_000_000_000_000_000, "sev": 9, "lvl": "INFO",
@@ -55,6 +55,7 @@ def test_otlp_json_symlink_planted_before_start_is_refused(shared_tmp: Path) -> 
     env = {"NVRX_OTEL_NODE_ID": NODE, "NVRX_NODE_LOCAL_TMPDIR": str(shared_tmp / "spool")}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "NVRX", "RANK"))}
+    base.update(NO_WATCHER)
     code, err = finish(spawn(shared_tmp, argv, {**base, **env}))
     assert code == 1
     said = [line for line in err.splitlines() if "symlink" in line]

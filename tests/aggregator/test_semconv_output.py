@@ -61,6 +61,8 @@ def _rank(tmp: Path, rank: int, mode: str, out: Path) -> subprocess.Popen[bytes]
     env = _rank_env(tmp, rank)
     if mode == "sdk":  # no spool: spans take the SDK path
         del env["NVRX_NODE_LOCAL_TMPDIR"]
+    if mode.startswith("watched"):  # with a watcher (its records' attributes)
+        env.update(NVRX_OTEL_CAPTURE_OUTPUT="on", NVRX_OTEL_CAPTURE_STACKS="on")
     return spawn(cmd, env=env, stdout=subprocess.PIPE, cwd=tmp)
 
 
@@ -81,6 +83,19 @@ def run_small_job(tmp: Path) -> list[Path]:
     assert dying.stdout is not None and dying.stdout.readline() == b"ready\n"
     os.kill(dying.pid, signal.SIGKILL)
     dying.communicate(timeout=30)
+    watched = _rank(tmp, 4, "watched_exit", tmp / "logflow")
+    watched.communicate(timeout=120)
+    assert watched.returncode == 0
+    termed = _rank(tmp, 5, "watched_term", tmp / "logflow")
+    assert termed.stdout is not None and termed.stdout.readline() == b"ready\n"
+    termed.terminate()
+    termed.communicate(timeout=30)
+
+    def ended() -> bool:  # both watchers wrote how their rank ended
+        text = b"".join(p.read_bytes() for p in (tmp / "spool").rglob("*-watch.*.jsonl"))
+        return text.count(b"nv.nvrx.process.outcome") == 2
+
+    _until(ended, "the watchers' ending records")
     sdk_out = tmp / "sdk" / "traces.jsonl"
     sdk_out.parent.mkdir()
     sdk = _rank(tmp, 3, "sdk", sdk_out)

@@ -24,6 +24,7 @@ from typing import Any
 import requests
 
 from nvrx_otel import semconv
+from tests.aggregator.spoolkit import NO_WATCHER
 from tests.collector.harness import (
     ROOT,
     Collector,
@@ -75,6 +76,7 @@ def spool_records_read(metrics_port: int) -> float:
 def base_env(**extra: str) -> dict[str, str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED_PREFIXES)}
     environ["PYTHONPATH"] = str(ROOT)
+    environ.update(NO_WATCHER)
     environ.update(extra)
     return environ
 

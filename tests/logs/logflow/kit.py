@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from tests.aggregator.spoolkit import NO_WATCHER
+
 LINE = re.compile(
     r"^(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3}) \| (?P<level>[A-Z]+) *"
     r" \| (?P<tag>\[rank \d+\] \| )?(?P<name>[^:]+):(?P<fn>[^:]+):(?P<line>\d+) \| (?P<msg>.*)$"
@@ -61,6 +63,7 @@ def script_env(tmp: Path, **extra: str) -> dict[str, str]:
     """A clean environment for a child interpreter (no launcher or logging variables)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_STRIP)}
     env["XDG_CONFIG_HOME"] = str(tmp / "xdg")
+    env.update(NO_WATCHER)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.update(extra)
     return env

@@ -162,7 +162,7 @@ LOG_RECORD_UID: Final = "log.record.uid"
 """Per-record de-duplication key, the writer's random 64-bit id and its sequence number as `<16 hex>-<hex seq>`; unique per record and the same on re-delivery. (OpenTelemetry, development)"""
 
 PROCESS_EXIT_CODE: Final = "process.exit.code"
-"""The exit code of a process that exited, when its node saw it. (OpenTelemetry, release_candidate)"""
+"""The exit code of a process that exited, when its node saw it. (OpenTelemetry, development)"""
 
 PROCESS_PID: Final = "process.pid"
 """Process identifier. (OpenTelemetry, development)"""

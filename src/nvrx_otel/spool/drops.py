@@ -85,16 +85,16 @@ class DropCount:
         self._making.tmp = ""
         self.tally.remove()  # the ledger holds the count now
 
-    def count(self, ts: int, reason: str) -> None:
-        """One more record dropped at ``ts``."""
+    def count(self, ts: int, reason: str, n: int = 1) -> None:
+        """``n`` more records dropped at ``ts``."""
         ledger = self.ledger
         if not self.pending:
             self.first = ts
             self.reason = reason or _WRITE_ERROR
             if ledger is not None:
                 ledger.reason(self.reason)
-        self.pending += 1
-        self.total += 1
+        self.pending += n
+        self.total += n
         self.last = ts
         if ledger is not None:  # stores into shared memory: kept however the process ends
             ledger.dropped(self.total, self.first, ts)

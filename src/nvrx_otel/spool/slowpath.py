@@ -225,10 +225,10 @@ class WriterSlowPath:
         log call, a signal handler's for one) as dropped."""
         self._count_drop(time.time_ns(), _WRITE_ERROR)
 
-    def _count_drop(self, ts: int, reason: str) -> None:
+    def _count_drop(self, ts: int, reason: str, n: int = 1) -> None:
         self.limit = -1  # the next record takes the slow path and reports the drop first
         drops = self.drops
-        drops.count(ts, reason)
+        drops.count(ts, reason, n)
         if drops.unrecorded:
             self._report_once(
                 f"cannot keep the count of dropped records in {self.directory}",

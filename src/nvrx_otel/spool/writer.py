@@ -183,9 +183,8 @@ class SpoolWriter(WriterSlowPath):
     def count_lost(self, n: int, reason: str) -> None:
         """Count ``n`` records that never reached this writer (a watcher shed them) as
         dropped for ``reason``; never raises."""
-        ts = time.time_ns()
-        for _ in range(max(0, n)):
-            self._count_drop(ts, reason)
+        if n > 0:
+            self._count_drop(time.time_ns(), reason, n)
 
     def restart_in_child(self) -> None:
         """In a forked child: drop the parent's descriptors (its locks stay the parent's)."""

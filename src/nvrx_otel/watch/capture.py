@@ -132,6 +132,7 @@ def _pipe() -> tuple[int, int]:
 def _start(writer: SpoolWriter) -> None:
     capture_setting = env.CAPTURE_OUTPUT.get()
     stacks = bool(env.CAPTURE_STACKS.get())
+    stacks_sig = env.STACKS_SIGNAL.get() if stacks else None
     streams = [(n, name) for n, name in ((1, "stdout"), (2, "stderr"))
                if _decide(n, capture_setting)]  # fmt: skip
     if not streams and not stacks:
@@ -168,7 +169,6 @@ def _start(writer: SpoolWriter) -> None:
             wanted: list[tuple[str, str | None]] = [("terminate", "SIGTERM")]
             if not faulthandler.is_enabled():
                 wanted.insert(0, ("fatal", None))
-            stacks_sig = env.STACKS_SIGNAL.get()
             if stacks_sig is not None and signal.getsignal(stacks_sig) in (signal.SIG_DFL, None):
                 wanted.append(("requested", signal.Signals(stacks_sig).name))
             for reason, sig in wanted:
@@ -232,15 +232,14 @@ def _start(writer: SpoolWriter) -> None:
         captured=tuple(pipes),
         pipes={n: (r, saved) for n, (r, _w, saved) in pipes.items()},
         dumps=dump_fds,
+        stacks_signal=stacks_sig,
     )
     if "fatal" in dump_fds:
         faulthandler.enable(file=dump_fds["fatal"], all_threads=True)
     if "terminate" in dump_fds:
         _register(signal.SIGTERM, dump_fds["terminate"])
-    if "requested" in dump_fds:
-        stacks_sig = env.STACKS_SIGNAL.get()
-        if stacks_sig is not None:
-            faulthandler.register(stacks_sig, file=dump_fds["requested"], all_threads=True)
+    if "requested" in dump_fds and stacks_sig is not None:
+        faulthandler.register(stacks_sig, file=dump_fds["requested"], all_threads=True)
     threading.Thread(target=_lifeline, args=(proc,), name="nvrx-otel-watcher", daemon=True).start()
     atexit.register(_at_exit)
 
@@ -356,7 +355,7 @@ def _after_fork_in_child() -> None:
             faulthandler.enable(file=2, all_threads=True)
         if "terminate" in dumps:
             faulthandler.unregister(signal.SIGTERM)
-        stacks_sig = env.STACKS_SIGNAL.get()
+        stacks_sig = _state.get("stacks_signal")
         if "requested" in dumps and stacks_sig is not None:
             faulthandler.unregister(stacks_sig)
     except Exception:

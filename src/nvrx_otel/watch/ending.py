@@ -137,10 +137,14 @@ class Ending:
         else:
             how = "vanished: no exit status, exception or signal seen (SIGKILL or the OOM killer?)"
             clean = False
-        sev, lvl = (9, "INFO") if clean else ((21, "FATAL") if outcome == "signal" and
-                                                sig != "SIGTERM" else (17, "ERROR"))  # fmt: skip
-        if outcome == "signal" and sig == "SIGTERM":
+        if clean:
+            sev, lvl = 9, "INFO"
+        elif outcome != "signal":
+            sev, lvl = 17, "ERROR"
+        elif sig == "SIGTERM":  # stopped by the launcher: a victim, mostly
             sev, lvl = 13, "WARNING"
+        else:
+            sev, lvl = 21, "FATAL"
         attrs["nv.nvrx.process.outcome"] = outcome
         return {
             "k": rec.KIND_LOG,

@@ -82,9 +82,7 @@ class Notes:
             while True:
                 try:
                     data = os.read(self.fd, 65536)
-                except BlockingIOError:
-                    return
-                except OSError:
+                except OSError:  # nothing more now (EAGAIN), or the pipe is gone
                     return
                 if not data:
                     return
@@ -249,9 +247,7 @@ class Dump:
         while True:
             try:
                 data = os.read(self.fd, 65536)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
+            except OSError:  # nothing more now (EAGAIN), or the pipe is gone
                 return
             if not data:
                 return

@@ -8,11 +8,12 @@ import pty
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.aggregator.spoolkit import process_env, wait_for
 from tests.conftest import log_records, spawn
-from tests.watch.watchkit import run, start
+from tests.watch.watchkit import run, start, watcher_pids
 
 WRITERS = """\
 log = setup_logger()
@@ -205,10 +206,11 @@ def test_a_hundred_ranks_writing_stderr_at_full_speed_block_nothing_and_balance(
             procs.append(spawn([sys.executable, str(script)], stdout=subprocess.DEVNULL,
                                stderr=err, env=env))  # fmt: skip
     assert [p.wait(timeout=600) for p in procs] == [0] * ranks
+    pids = {p.pid for p in procs}
+    # a rank's exit waits at most EXIT_WAIT_S for its watcher: a hundred may be later
+    wait_for(lambda: not watcher_pids(pids), 300, "every watcher to finish")
     for rank in range(ranks):
         assert (tmp_path / f"rank{rank}.err").read_bytes().count(b"\n") == lines
-    pids = {p.pid for p in procs}
-    wait_for(lambda: not _any_watcher(pids), 300, "every watcher to finish")
     agg = cli(tmp_path)
     started(tmp_path, agg)
     (tmp_path / "done").touch()
@@ -221,19 +223,6 @@ def test_a_hundred_ranks_writing_stderr_at_full_speed_block_nothing_and_balance(
         + (dropped + corrupt)
         >= ranks
     )
-
-
-def _any_watcher(pids: set[int]) -> bool:
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:
-            continue
-        if b"NVRX_OTEL_WATCH_SPEC" in env and any(f'"pid":{p},'.encode() in env for p in pids):
-            return True
-    return False
 
 
 def test_a_spawned_child_that_sets_up_logging_again_is_not_captured_twice(
@@ -256,3 +245,37 @@ def test_a_spawned_child_that_sets_up_logging_again_is_not_captured_twice(
     )
     assert r.proc.returncode == 0
     assert r.captured("stdout") == ["from the spawned worker", "parent done"]
+
+
+def test_a_rank_exit_waits_for_its_watcher_to_take_the_last_output(tmp_path: Path) -> None:
+    """The rank's last output (a traceback) reaches the terminal or the launcher before the
+    rank ends: its exit waits until the watcher has read the pipes, EXIT_WAIT_S at most.
+    Here the watcher is stopped, so the wait is the whole bound, and then the output
+    still arrives, once the watcher goes on."""
+    from nvrx_otel.watch.capture import EXIT_WAIT_S
+
+    r = start(
+        tmp_path,
+        """\
+        setup_logger()
+        sys.stderr.write("last words\\n")
+        sys.stderr.flush()
+        open("ready", "w").close()
+        while not os.path.exists("go"):
+            time.sleep(0.01)
+        """,
+    )
+    wait_for(lambda: (tmp_path / "ready").exists(), 60, "the rank to write")
+    wait_for(lambda: watcher_pids({r.proc.pid}), 30, "the watcher")
+    (watcher,) = watcher_pids({r.proc.pid})
+    os.kill(watcher, signal.SIGSTOP)
+    try:
+        went = time.monotonic()
+        (tmp_path / "go").touch()
+        assert r.wait(60) == 0
+        took = time.monotonic() - went
+    finally:
+        os.kill(watcher, signal.SIGCONT)
+    assert took >= EXIT_WAIT_S
+    assert r.captured("stderr") == ["last words"]
+    assert r.err.read_bytes() == b"last words\n"

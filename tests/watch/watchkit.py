@@ -63,7 +63,9 @@ class Run:
         ]
 
 
-def _watchers_alive(pid: int) -> bool:
+def watcher_pids(pids: set[int]) -> list[int]:
+    """The live watchers of the ranks ``pids``."""
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -72,9 +74,13 @@ def _watchers_alive(pid: int) -> bool:
             env = Path(f"/proc/{entry}/environ").read_bytes()
         except OSError:
             continue
-        if b"nvrx_otel.watch.watcher" in cmd and f'"pid":{pid},'.encode() in env:
-            return True
-    return False
+        if b"nvrx_otel.watch.watcher" in cmd and any(f'"pid":{p},'.encode() in env for p in pids):
+            found.append(int(entry))
+    return found
+
+
+def _watchers_alive(pid: int) -> bool:
+    return bool(watcher_pids({pid}))
 
 
 def start(tmp: Path, body: str, *, name: str = "rank", stdin: Any = None, **env: str) -> Run:

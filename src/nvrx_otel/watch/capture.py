@@ -30,9 +30,12 @@ import faulthandler
 import fcntl
 import os
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
+import time
 from typing import Any, Final
 
 import orjson
@@ -47,6 +50,9 @@ from nvrx_otel.watch.watcher import SPEC_VAR
 PIPE_SIZE: Final = 1 << 20
 """Asked for each captured pipe (the kernel's ``pipe-max-size`` caps it)."""
 _F_SETPIPE_SZ: Final = 1031
+EXIT_WAIT_S: Final = 5.0
+"""How long a rank's exit waits for its watcher to take what the captured pipes hold, so
+that its last output (a traceback) reaches the terminal or the launcher before it ends."""
 _SHED: Final = DropReasonValues.CAPTURE_BACKLOG.value
 
 _state: dict[str, Any] = {}
@@ -290,6 +296,20 @@ def _at_exit() -> None:
         for n in _state.get("captured", ()):
             _flush_python(n)
         note("exit")
+        _wait_taken(time.monotonic() + EXIT_WAIT_S)
+
+
+def _wait_taken(deadline: float) -> None:
+    """Wait (until ``deadline``) for the watcher to have read what the captured pipes hold."""
+    for n in _state.get("captured", ()):
+        while time.monotonic() < deadline:
+            try:
+                held = struct.unpack("i", fcntl.ioctl(n, termios.FIONREAD, b"\0" * 4))[0]
+            except OSError:
+                break
+            if held <= 0:
+                break
+            time.sleep(0.005)
 
 
 def _lifeline(proc: subprocess.Popen[bytes]) -> None:

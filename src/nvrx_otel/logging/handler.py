@@ -243,6 +243,9 @@ class SpoolHandler(logging.Handler):
             directory, proc=proc, max_file_size=max_file_size, budget=budget
         )
         self._lines = _Lines(self.writer)
+        from nvrx_otel.logging import ownhandlers  # it needs this module
+
+        ownhandlers.install()  # torch's non-propagating loggers; console copies announced
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)

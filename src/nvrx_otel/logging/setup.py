@@ -191,12 +191,18 @@ def setup_logger(
     force_reset: bool = False,
     node_local_tmp_prefix: str | None = None,
     log_file: str | None = None,
+    *,
+    root_logger: bool = False,
 ) -> logging.Logger:
     """Set up and return the ``"nvrx"`` logger (NVRx compatible).
 
     Safe to call many times: the same arguments and environment return the configured
-    logger; different ones (or ``force_reset=True``) reconfigure it.
+    logger; different ones (or ``force_reset=True``) reconfigure it. ``root_logger=True``
+    also gives the stdlib root logger the same kind of handler (:func:`setup_root_logger`),
+    so that library loggers (``logging.getLogger(__name__)``, torch's) reach the node log.
     """
+    if root_logger:
+        setup_root_logger(node_local_tmp_dir)
     settings = _settings(node_local_tmp_dir, node_local_tmp_prefix, log_file)
     with _setup_lock:
         logger = fastpath.get_fast_logger(LogConfig.name)

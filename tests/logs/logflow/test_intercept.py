@@ -16,6 +16,7 @@ from loguru import logger
 from nvrx_otel.logging import SpoolHandler, setup_logger
 from nvrx_otel.logging.handler import error_count
 from nvrx_otel.logging.logflow import configure_logging, get_logger, reset_logging
+from nvrx_otel.logging.ownhandlers import Bridge
 from tests.logs.logflow.kit import messages, run_file_lines, spool_logs
 
 
@@ -93,7 +94,9 @@ def test_framework_console_handlers_do_not_duplicate(
         assert (tmp_path / "user.log").read_text() == "user lib\n"  # a file handler stays
         reset_logging()
         assert basic in root.handlers and absl in root.handlers
-        assert dynamo.handlers == [torch_handler] and dynamo.propagate is False
+        # its own handler back; the bridge stays, idle without a sink on the root
+        assert [h for h in dynamo.handlers if not isinstance(h, Bridge)] == [torch_handler]
+        assert dynamo.propagate is False
     finally:
         for h in (basic, absl):
             root.removeHandler(h)

@@ -1,12 +1,14 @@
 """Interception: stdlib ``logging`` and ``warnings`` go to loguru, each record once.
 
-:func:`install` puts one :class:`InterceptHandler` on the root logger and adopts the
-loggers that exist: their console handlers (stream handlers on stdout/stderr, such as the
-ones PyTorch and TensorFlow add) are taken off, absl's handler is taken off the root, and
-they propagate to the root. The ``"nvrx"`` logger tree and loggers with a
-:class:`~nvrx_otel.logging.handler.SpoolHandler` are left alone. Everything changed is
-remembered and :func:`uninstall` puts it back. Loggers a library creates *later* and
-gives its own console handler print twice until the next ``configure_logging``.
+:func:`install` puts one :class:`InterceptHandler` on the root logger and takes the console
+handlers (those printing on stdout/stderr, such as the ones PyTorch and TensorFlow add)
+off every logger, those that exist and, through ``ownhandlers``, those a library adds later
+(``import torch`` after ``configure_logging``); absl's handler is taken off the root. A
+logger that does not propagate (torch's) gets ``ownhandlers``' bridge, which hands its
+records to the root's InterceptHandler, so each reaches loguru once whatever the order of
+imports. The ``"nvrx"`` logger tree and loggers with a
+:class:`~nvrx_otel.logging.handler.SpoolHandler` are left alone. Every handler taken is
+remembered and :func:`uninstall` puts it back.
 
 A stdlib record keeps its caller: the frame that made the call is found by its file and
 line (records replayed from another thread keep their file, line, function and logger
@@ -27,6 +29,7 @@ from typing import Any, Final
 
 from loguru import logger
 
+from nvrx_otel.logging import ownhandlers
 from nvrx_otel.logging.handler import SPOOLED_ATTR, SpoolHandler, format_message, report_error
 
 _STD_ATTRS: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
@@ -89,6 +92,8 @@ def _replay(lr: logging.LogRecord) -> Any:
 class InterceptHandler(logging.Handler):
     """A root ``logging.Handler`` forwarding every record to loguru."""
 
+    _nvrx_otel_root_sink = True  # ownhandlers.ROOT_SINK: bridges feed it
+
     def emit(self, record: logging.LogRecord) -> None:
         if getattr(_guard, "busy", False):
             report_error("stdlib record logged from inside a loguru sink", RecursionError())
@@ -150,14 +155,7 @@ def _show_warning(
 
 
 def _is_console(handler: logging.Handler) -> bool:
-    if type(handler).__name__ == "ABSLHandler":
-        return True
-    if not isinstance(handler, logging.StreamHandler) or isinstance(handler, logging.FileHandler):
-        return False
-    stream = getattr(handler, "stream", None)
-    return stream is not None and any(
-        stream is s for s in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
-    )
+    return type(handler).__name__ == "ABSLHandler" or ownhandlers.console_fd(handler) is not None
 
 
 @dataclass
@@ -167,7 +165,7 @@ class _Saved:
     handler: InterceptHandler | None = None
     root_level: int = logging.WARNING
     root_removed: list[logging.Handler] = field(default_factory=list)
-    adopted: list[tuple[logging.Logger, list[logging.Handler], bool]] = field(default_factory=list)
+    adopted: list[tuple[logging.Logger, list[logging.Handler]]] = field(default_factory=list)
     show_warning: Any = None
 
 
@@ -195,40 +193,56 @@ def install(level: int) -> None:
                 root.removeHandler(h)
                 _state.root_removed.append(h)
         root.setLevel(level)
-        adopted = {id(entry[0]): entry for entry in _state.adopted}
-        for name, lg in list(logging.Logger.manager.loggerDict.items()):
-            if not isinstance(lg, logging.Logger) or _leave_alone(name, lg):
-                continue
-            removed = [h for h in lg.handlers if _is_console(h)]
-            for h in removed:
-                lg.removeHandler(h)
-            entry = adopted.get(id(lg))
-            if entry is None:
-                _state.adopted.append((lg, removed, lg.propagate))
-            else:
-                entry[1].extend(removed)
-            lg.propagate = True
+        for lg in list(logging.Logger.manager.loggerDict.values()):
+            if isinstance(lg, logging.Logger):
+                for h in [h for h in lg.handlers if _is_console(h)]:
+                    _take(lg, h)
+        ownhandlers.install(take=_take)
         warnings.showwarning = _show_warning
+
+
+def _take(lg: logging.Logger, h: logging.Handler) -> bool:
+    """Take console handler ``h`` off (or keep it from) logger ``lg``; False when ``lg``
+    is left alone. Of the handlers of one type taken from one logger only the last is
+    kept for :func:`uninstall` (torch's ``set_logs`` replaces its handler each time)."""
+    if _state.handler is None or _leave_alone(lg.name, lg) or not _is_console(h):
+        return False
+    if getattr(h, "_nvrx_otel_handler", False):  # setup_logger's or setup_root_logger's
+        return False
+    if h in lg.handlers:
+        lg.removeHandler(h)
+    if lg is logging.root:
+        _state.root_removed.append(h)
+        return True
+    for entry in _state.adopted:
+        if entry[0] is lg:
+            entry[1][:] = [o for o in entry[1] if type(o) is not type(h)] + [h]
+            break
+    else:
+        _state.adopted.append((lg, [h]))
+    ownhandlers.bridge(lg)  # for whenever it does not propagate (torch flips it)
+    return True
 
 
 def uninstall() -> None:
     """Put back everything :func:`install` changed."""
     global _state
     with _lock:
-        if _state.handler is None:
+        handler = _state.handler
+        if handler is None:
             return
+        saved, _state = _state, _Saved()  # from here on nothing is taken (ownhandlers)
+        ownhandlers.forget_take()
         root = logging.getLogger()
-        root.removeHandler(_state.handler)
-        for h in _state.root_removed:
+        root.removeHandler(handler)
+        for h in saved.root_removed:
             root.addHandler(h)
-        root.setLevel(_state.root_level)
-        for lg, removed, propagate in _state.adopted:
+        root.setLevel(saved.root_level)
+        for lg, removed in saved.adopted:
             for h in removed:
                 lg.addHandler(h)
-            lg.propagate = propagate
         if warnings.showwarning is _show_warning:
-            warnings.showwarning = _state.show_warning
-        _state = _Saved()
+            warnings.showwarning = saved.show_warning
 
 
 def installed() -> bool:

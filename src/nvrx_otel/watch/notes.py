@@ -8,7 +8,8 @@ stuck; a rank never waits for it). Kinds:
   (a traceback the uncaught-exception hook recorded, a console handler's copy of a
   record); ``h`` holds the hash of each line, and the watcher forwards those lines but
   does not record them a second time, also with a ``[<tag>]: `` prefix that a hook
-  wrapping ours added (torch.distributed prefixes each line with ``[rank<N>]: ``).
+  wrapping ours added (torch.distributed prefixes each line with ``[rank<N>]: ``), and
+  also once its colour codes (ANSI CSI sequences) are taken out.
 - ``exc``: the process is ending on an uncaught exception of type ``t``.
 - ``exit``: the interpreter is exiting normally (``atexit`` ran).
 """
@@ -16,6 +17,7 @@ stuck; a rank never waits for it). Kinds:
 from __future__ import annotations
 
 import os
+import re
 import zlib
 from collections import Counter
 from typing import Any, Final
@@ -23,6 +25,7 @@ from typing import Any, Final
 import orjson
 
 PIPE_BUF: Final = 4096
+_CSI: Final = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _MAX_HASHES: Final = 300  # ids of up to 10 digits: a note stays under PIPE_BUF
 
 
@@ -78,6 +81,9 @@ class Expected:
             if end > 0:
                 h = line_hash(line[end + 3 :])
                 n = counts.get(h, 0)
+        if not n and b"\x1b[" in line:  # coloured: announced as the plain text
+            h = line_hash(_CSI.sub(b"", line))
+            n = counts.get(h, 0)
         if not n:
             return False
         if n == 1:

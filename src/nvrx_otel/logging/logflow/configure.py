@@ -72,6 +72,7 @@ class _State:
     switches: list[tuple[Switch, int, Any]] = field(default_factory=list)  # (filter, sink, ...)
     reloader: Reloader | None = None
     applied_levels: Settings | None = None  # what the switches apply now
+    console: RichConsoleSink | None = None
 
 
 _state = _State()
@@ -340,14 +341,16 @@ def _apply(settings: Settings, *, implicit: bool) -> None:
     console_floor = levels.floor(CONSOLE) if levels else level_number(settings.console_level)
     file_floor = levels.floor(FILE) if levels else level_number(settings.file_level)
     ids: list[tuple[int, int]] = []  # (handler id, sink)
+    console: RichConsoleSink | None = None
     switches: list[tuple[Switch, int, Any]] = []
     if main and (rank is None or rank == 0):
         console_filter: Any = ConsoleFilter(pid, levels)
         if reloadable:
             console_filter = Switch(floored(console_floor, console_filter))
             switches.append((console_filter, CONSOLE, pid))
+        console = RichConsoleSink(tag, spooled=(levels, file_floor) if writer else None)
         hid = logger.add(
-            RichConsoleSink(tag),
+            console,
             level=_handler_level(settings, console_floor) if reloadable else console_floor,
             format="{message}",
             filter=console_filter,
@@ -424,6 +427,7 @@ def _apply(settings: Settings, *, implicit: bool) -> None:
     st.run_file_start = start
     st.owns_run_file = owner
     st.switches = switches
+    st.console = console
     st.applied_levels = settings
     _stop_reloader(st)
     if reloadable:
@@ -584,6 +588,8 @@ def _switch(st: _State, new: Settings) -> None:
         levels = ModuleLevels(new.console_level, new.file_level, new.module_levels)
     console_floor = levels.floor(CONSOLE) if levels else level_number(new.console_level)
     file_floor = levels.floor(FILE) if levels else level_number(new.file_level)
+    if st.console is not None and st.console.spooled is not None:
+        st.console.spooled = (levels, file_floor)
     for switch, sink, extra in st.switches:
         if sink == CONSOLE:
             switch.current = floored(console_floor, ConsoleFilter(extra, levels))

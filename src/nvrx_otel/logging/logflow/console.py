@@ -4,7 +4,8 @@ Lines read like LogFlow's console format,
 ``{time:YYYY-MM-DD HH:mm:ss} | {level: <8} | {rank_tag}{name}:{function}:{line} | {message}``,
 followed by the traceback when there is one. Colour only when stderr is a terminal and
 ``NO_COLOR`` is not set; messages are never read as Rich markup. Rich is imported when the
-first console sink is made.
+first console sink is made. A printed record that the spool takes too is announced to the
+watcher, so that its captured copy on stderr is not recorded a second time.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any, Final
 
 from nvrx_otel import env, levels
 from nvrx_otel.logging.handler import report_error
-from nvrx_otel.logging.logflow.levels import CONSOLE, ModuleLevels
+from nvrx_otel.logging.logflow.levels import CONSOLE, FILE, ModuleLevels
+from nvrx_otel.watch import capture
 
 _STYLES: Final = {lv.name: lv.style for lv in levels.LEVELS}
 
@@ -50,9 +52,19 @@ class RichConsoleSink:
     up: the sink stops printing and says so once; the record still goes to the spool and
     the run file, and the log call returns normally."""
 
-    def __init__(self, rank_tag: str = "", *, colour: bool | None = None) -> None:
+    def __init__(
+        self,
+        rank_tag: str = "",
+        *,
+        colour: bool | None = None,
+        spooled: tuple[ModuleLevels | None, int] | None = None,
+    ) -> None:
+        """``spooled``: what the spool takes (module levels, else the file floor), when
+        there is a spool: a printed line of a spooled record is announced to the watcher,
+        which then does not record the captured copy a second time."""
         self.colour = wants_colour() if colour is None else colour
         self.rank_tag = rank_tag
+        self.spooled = spooled
         self.console = _console_class()(
             stderr=True,  # follows sys.stderr when it is replaced
             color_system="auto" if self.colour else None,
@@ -82,10 +94,23 @@ class RichConsoleSink:
         text.append(" | ")
         text.append(body, style)
         try:
+            if self.spooled is not None and capture.captured(2):
+                self._announce(record, text)
             self.console.print(text)
         except (OSError, ValueError) as exc:  # stderr failing or closed
             self.console.quiet = True
             report_error("the console cannot be written, it is left", exc)
+
+    def _announce(self, record: Any, text: Any) -> None:
+        levels, floor = self.spooled or (None, 0)
+        if record["level"].no < (levels.threshold(record["name"], FILE) if levels else floor):
+            return
+        if "\t" in text.plain:
+            text = text.copy()
+            text.expand_tabs(8)  # as Rich prints it
+        err = sys.stderr
+        encoding = getattr(err, "encoding", None) or "utf-8"
+        capture.expect(2, text.plain + "\n", encoding, getattr(err, "errors", None) or "strict")
 
 
 class ConsoleFilter:

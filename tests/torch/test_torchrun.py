@@ -89,6 +89,19 @@ def test_a_rank_that_raises_without_logging_is_the_one_with_the_exception(tmp_pa
     assert sorted(started) == [f"rank {r} attempt 0 started" for r in range(4)]
 
 
+def test_torch_record_still_writes_the_error_file_torchrun_reports(tmp_path: Path) -> None:
+    """With ``@record`` the exception goes to torch's error file first, then to our hook:
+    torchrun's root cause holds the traceback from the file, and the record is there once."""
+    code, err = torchrun(tmp_path, "--max-restarts", "0", TRAIN_FAIL_RANK="1", TRAIN_RECORD="1")
+    assert code != 0
+    cause = err[err.index("Root Cause") :]
+    assert "rank      : 1" in cause and "error_file: <N/A>" not in cause
+    assert "RuntimeError: loss is NaN at step 5 on rank 1" in cause
+    assert endings(tmp_path, 4)[1]["attrs"]["nv.nvrx.process.outcome"] == "exception"
+    (exc,) = by_rank(tmp_path, 1, lg="nvrx_otel.uncaught")
+    assert exc["exc_msg"] == "loss is NaN at step 5 on rank 1" and exc["fn"] == "train_step"
+
+
 def test_a_hung_rank_is_killed_with_its_stack_recorded(tmp_path: Path) -> None:
     code, _ = torchrun(tmp_path, "--max-restarts", "0", TRAIN_HANG_RANK="1", TRAIN_TIMEOUT_S="5")
     assert code != 0

@@ -1,6 +1,7 @@
 """A small real training job for torchrun: gloo on CPU, a DataLoader with 2 workers, an
 all_reduce per step. TRAIN_FAIL_RANK raises (uncaught) at step 5; TRAIN_HANG_RANK stops
-at step 3 in ``hang_here`` while the others wait in ``all_reduce`` until gloo's timeout."""
+at step 3 in ``hang_here`` while the others wait in ``all_reduce`` until gloo's timeout;
+TRAIN_RECORD wraps the loop in torch's ``@record``."""
 
 import datetime
 import os
@@ -42,13 +43,21 @@ def train_step(step: int, batch: torch.Tensor) -> None:
     dist.all_reduce(grad)
 
 
-for step, (batch,) in enumerate(data):
-    log.info("step %d", step)
-    train_step(step, batch)
-    if step == 8:
-        break
-dist.barrier()
-print(f"rank {rank} done", flush=True)
-log.info("done")
-dist.destroy_process_group()
+def main() -> None:
+    for step, (batch,) in enumerate(data):
+        log.info("step %d", step)
+        train_step(step, batch)
+        if step == 8:
+            break
+    dist.barrier()
+    print(f"rank {rank} done", flush=True)
+    log.info("done")
+    dist.destroy_process_group()
+
+
+if os.environ.get("TRAIN_RECORD"):  # torch's @record: the error file torchrun reports
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    main = record(main)
+main()
 sys.exit(0)

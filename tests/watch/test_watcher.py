@@ -34,6 +34,10 @@ def _started(r: Run) -> None:
     [
         ("ctypes.string_at(0)", "SIGSEGV", -signal.SIGSEGV),
         ("os.abort()", "SIGABRT", -signal.SIGABRT),
+        # raised as the kernel raises them at a fault: faulthandler's handler runs the same
+        ("os.kill(os.getpid(), signal.SIGFPE)", "SIGFPE", -signal.SIGFPE),
+        ("os.kill(os.getpid(), signal.SIGBUS)", "SIGBUS", -signal.SIGBUS),
+        ("os.kill(os.getpid(), signal.SIGILL)", "SIGILL", -signal.SIGILL),
     ],
 )
 def test_a_fatal_signal_leaves_every_threads_stack_as_one_fatal_record(
@@ -51,7 +55,7 @@ def test_a_fatal_signal_leaves_every_threads_stack_as_one_fatal_record(
     (dump,) = _dumps(r)
     assert dump["sev"] == 21 and dump["lvl"] == "FATAL"
     assert dump["attrs"] == {"nv.nvrx.process.signal": name, "nv.nvrx.process.stacks": "fatal"}
-    assert dump["exc_type"] == name and dump["fn"] in ("crash_here", "string_at")
+    assert dump["exc_type"] == name and dump["fn"] in ("crash_here", "string_at", "kill")
     assert "in crash_here" in dump["exc"] and dump["exc"].count("Thread 0x") == 1
     assert "_lifeline" not in dump["exc"]  # the package's own thread is left out
     assert ending["attrs"] == {"nv.nvrx.process.signal": name, "nv.nvrx.process.outcome": "signal"}
@@ -156,3 +160,33 @@ def test_a_forked_child_does_not_speak_for_the_rank(tmp_path: Path) -> None:
     dumps = _dumps(r)  # the child's crash: its own dump on stderr, one record
     assert len(dumps) == 1 and dumps[0]["attrs"]["nv.nvrx.process.signal"] == "SIGSEGV"
     assert os.path.exists(r.out) and b"parent done" in r.out.read_bytes()
+
+
+def test_what_the_watcher_records_reaches_otlp_with_the_ranks_identity(tmp_path: Path) -> None:
+    """Captured lines, the SIGTERM dump and the ending go through the aggregator to OTLP
+    like any record: the rank's resource, pid and attributes, the severities of the table."""
+    from tests.aggregator.spoolkit import config, running
+    from tests.otlp_receiver import OtlpReceiver
+
+    r = start(
+        tmp_path, BLOCKED + "sys.stderr.write('NCCL WARN net down\\n')\nblocked_in_collective()\n"
+    )
+    _started(r)
+    r.proc.send_signal(signal.SIGTERM)
+    assert r.wait() == -signal.SIGTERM
+    r.watcher_done()
+    with OtlpReceiver() as receiver, running(config(tmp_path, otlp_endpoint=receiver.endpoint)):
+        receiver.wait_for(
+            lambda rc: any("nv.nvrx.process.outcome" in x["attributes"] for x in rc.logs), 60
+        )
+    logs = receiver.logs
+    (line,) = [x for x in logs if x["body"] == "NCCL WARN net down"]
+    assert line["attributes"]["log.iostream"] == "stderr" and line["severity_text"] == "STDERR"
+    (dump,) = [x for x in logs if x["attributes"].get("nv.nvrx.process.stacks") == "terminate"]
+    assert dump["severity_text"] == "WARNING"
+    assert "in blocked_in_collective" in dump["attributes"]["exception.stacktrace"]
+    (end,) = [x for x in logs if "nv.nvrx.process.outcome" in x["attributes"]]
+    assert end["attributes"]["nv.nvrx.process.signal"] == "SIGTERM"
+    for x in (line, dump, end):
+        assert x["resource"]["process.pid"] == r.proc.pid, x
+        assert x["resource"]["nv.nvrx.workload.rank"] == 0, x

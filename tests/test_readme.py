@@ -68,7 +68,7 @@ def test_the_quickstart_runs_as_written(tmp_path: Path) -> None:
     steps = re.findall(r"\[workload:(\d)\(\d\) .*step 10 loss 0\.420$", node_log, re.M)
     assert sorted(map(int, steps)) == list(range(8)), (node_log, proc.stderr)
     assert "step 10 loss 0.420 [repeated 8x across ranks 0-7]" in out  # the log view
-    assert "first failure (by time)" in out and "rank 5 on" in out  # the demo's report
+    assert "first failure (its own evidence)" in out and "rank 5 on" in out  # the demo's report
     assert "silent ranks" in out
     html = tmp_path / "report.html"
     assert html.is_file() and "<html" in html.read_text()[:500].lower()

@@ -52,15 +52,28 @@ def log(
     trace: str | None = None,
     span: str | None = None,
     observed: int | None = None,
+    line: int = 7,
+    **attrs: Any,
 ) -> dict[str, Any]:
-    sev = {"DEBUG": 5, "INFO": 9, "WARNING": 13, "ERROR": 17, "CRITICAL": 21}[level]
+    """A log record; ``attrs``: more attributes (``exception_type="ValueError"`` for
+    ``exception.type``, ``outcome``/``signal``/``stacks``/``exit_code`` for the watcher's
+    ``nv.nvrx.process.*`` and ``process.exit.code``)."""
+    sev = {"DEBUG": 5, "INFO": 9, "WARNING": 13, "ERROR": 17, "CRITICAL": 21, "FATAL": 21}[level]
+    names = {
+        "exception_type": semconv.EXCEPTION_TYPE,
+        "outcome": semconv.PROCESS_OUTCOME,
+        "signal": semconv.PROCESS_SIGNAL,
+        "stacks": semconv.PROCESS_STACKS,
+        "exit_code": semconv.PROCESS_EXIT_CODE,
+    }
+    more = {names.get(k, k): v for k, v in attrs.items()}
     lr: dict[str, Any] = {
         "timeUnixNano": str(ts),
         "observedTimeUnixNano": str(observed or ts),
         "severityNumber": sev,
         "severityText": level,
         "body": {"stringValue": body},
-        "attributes": _kvs({"code.file.path": "/w/train.py", "code.line.number": 7}),
+        "attributes": _kvs({"code.file.path": "/w/train.py", "code.line.number": line, **more}),
     }
     if trace:
         lr["traceId"] = trace

@@ -38,8 +38,13 @@ class Node:
         )  # fmt: skip
         self.ranks: list[subprocess.Popen[Any]] = []
 
-    def rank(self, rank: int, mode: str, steps: int, cycle: int = 0) -> subprocess.Popen[Any]:
+    def rank(
+        self, rank: int, mode: str, steps: int, cycle: int = 0, *, watched: bool = False
+    ) -> subprocess.Popen[Any]:
+        """Start a rank; ``watched``: with its watcher (its stacks and its end recorded)."""
         env = {**self.env, "RANK": str(rank), "TORCHELASTIC_RESTART_COUNT": str(cycle)}
+        if watched:
+            env.update(NVRX_OTEL_CAPTURE_OUTPUT="auto", NVRX_OTEL_CAPTURE_STACKS="on")
         p = spawn([sys.executable, str(RANK_SCRIPT), mode, str(steps), str(self.tmp)], env=env)
         self.ranks.append(p)
         return p

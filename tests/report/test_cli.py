@@ -79,7 +79,7 @@ def test_text_output_names_the_findings(tmp_path: Path, capsys: pytest.CaptureFi
     directory = fixture.write(tmp_path)
     assert main([str(directory)]) == 0
     out = capsys.readouterr().out
-    assert "first failure (by time)" in out
+    assert "first failure (its own evidence)" in out
     assert "rank 1 on n0 (cycle 0)" in out
     assert "first failure (by trace)" in out
     assert "could be the other way" in out

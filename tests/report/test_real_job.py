@@ -9,7 +9,8 @@ import signal
 from pathlib import Path
 
 from nvrx_otel import semconv as sc
-from nvrx_otel.report import analyse
+from nvrx_otel.report import analyse, failures
+from nvrx_otel.report.render import write_text
 from nvrx_otel.view.read import Problems
 from tests.aggregator.spoolkit import wait_for
 from tests.report.reportkit import Node
@@ -75,3 +76,30 @@ def test_a_hung_rank_is_silent_inside_its_open_span(tmp_path: Path) -> None:
     assert s.last_record is not None and s.last_record.text == "entering the completion barrier"
     # the truncated span is the hung rank's failure: the first one, at its last sign of life
     assert report.first_failure is not None and report.first_failure.rank == 3
+
+
+def test_the_rank_that_raised_is_named_not_the_victim_the_launcher_stopped(tmp_path: Path) -> None:
+    """Rank 0 waits silent inside a span; rank 1 raises inside its span and logs the
+    exception; then rank 0 is SIGTERMed, as torchrun stops the survivors. Rank 0's last
+    record is older than rank 1's exception, but rank 0 is a victim: rank 1 is named."""
+    node = Node(tmp_path, "n0")
+    victim = node.rank(0, "hang", 3, watched=True)
+    wait_for(lambda: "entering the completion barrier" in _node_log(tmp_path), 60, "rank 0 to wait")
+    culprit = node.rank(1, "crash", 3, watched=True)
+    assert culprit.wait(timeout=120) == 1
+    victim.send_signal(signal.SIGTERM)
+    assert victim.wait(timeout=60) == -signal.SIGTERM
+    node.finish()
+    report = analyse([str(tmp_path / "otlp")], problems=Problems(io.StringIO()))
+    f = report.first_failure
+    assert f is not None and f.rank == 1, f
+    assert f.what == "step 3 failed" and f.evidence == failures.OWN
+    assert report.stopped == [0]
+    assert report.ordering is not None and "follow from it" not in report.ordering.note
+    text = io.StringIO()
+    write_text(report, text)
+    assert "stopped by the launcher after it (victims): rank 0" in text.getvalue()
+
+
+def _node_log(tmp: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in (tmp / "logs").glob("*.log"))

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from nvrx_otel.report import stragglers as strag
 from nvrx_otel.report.cycles import Cycles
-from nvrx_otel.report.failures import SKEW_S, Failures, ordering
+from nvrx_otel.report.failures import COLLECTIVE, SKEW_S, Failures, ordering
 from nvrx_otel.report.model import Failure, LogLine, Report, Thresholds
 from nvrx_otel.report.otlp import Item, Span, read_lines
 from nvrx_otel.report.phases import Phases
@@ -116,6 +116,18 @@ class Analysis:
             first = replace(first, last_lines=self.last_lines(first))
         if by_trace is not None and first is not None and by_trace.rank == first.rank:
             by_trace = replace(by_trace, last_lines=first.last_lines)
+        stopped: list[int] = []
+        collective: list[int] = []
+        if first is not None:
+            failing = {f.rank for f in ranked if f.cycle == first.cycle}
+            stopped = sorted(
+                rank
+                for cycle, rank in self.failures.stopped_keys()
+                if cycle == first.cycle and rank not in failing
+            )
+            collective = sorted(
+                {f.rank for f in ranked if f.cycle == first.cycle and f.evidence == COLLECTIVE}
+            )
         ranks_per_cycle: dict[int, int] = {}
         for cycle, _ in self.activity.ranks:
             ranks_per_cycle[cycle] = ranks_per_cycle.get(cycle, 0) + 1
@@ -138,6 +150,8 @@ class Analysis:
             ranks=len({rank for _, rank in self.activity.ranks}),
             start_ns=self.start_ns,
             end_ns=self.end_ns,
+            stopped=stopped,
+            collective=collective,
         )
 
     def last_lines(self, f: Failure) -> list[LogLine]:

@@ -1,41 +1,70 @@
-"""The first failing rank, by timestamp and by trace correlation.
+"""The first failing rank, by the evidence it rests on, by timestamp and by trace.
 
 A *failure* is a log record at ERROR or worse (OTel severity >= 17; the aggregator's loss
 reports excluded) or a span with status ERROR, a span the aggregator ended for a process
 that died in it (``nv.nvrx.span.truncated``) included; its time is the record's time or
 the span's end. Only processes with a workload rank count.
 
-- **By timestamp:** the earliest failure of any rank.
+- **By evidence, then timestamp.** A failure with evidence of its own (an exception, an
+  ERROR record or span, a fatal signal, a non-zero exit or a vanished process the watcher
+  recorded: ``OWN``) outranks what follows from another rank's: a rank that did not fail
+  while the others failed in a collective and was then stopped (``HUNG``), or that
+  returned with exit 0 before they did (``RETURNED``); then an exception of a collective
+  (a timeout, a peer that closed: ``COLLECTIVE``); then a span the process ended inside
+  (``INFERRED``), dated at the process's recorded end when there is one. A rank stopped
+  by SIGTERM (its stacks at the signal, or its ending) with no failure of its own is a
+  *victim* of the launcher: not a failure, listed as stopped.
 - **By trace:** in the trace of that failure (a log record's trace id, a span's), the
   failing spans form chains through their parents (a worker's span under the launcher's
   cycle span, a save phase under its request); the failing span with no failing child is
   where the failure started, the earliest of them if several. When the trace has no
   failing span with a rank, its earliest failing log record.
 
-Memory: the earliest failure per rank, per trace with failures the earliest failure, and
-the failing spans (at most :data:`KEEP_MAX` of each).
+Memory: the best failure per rank, per trace with failures the earliest failure, the
+failing spans (at most :data:`KEEP_MAX` of each), and each rank's ending and stacks.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, replace
 from typing import Final
 
 from nvrx_otel.nodeline import ranges, repeated
 from nvrx_otel.report.model import Failure, Ordering
 from nvrx_otel.report.otlp import Span
-from nvrx_otel.view.entry import Entry
+from nvrx_otel.view.entry import Ending, Entry
 
 ERROR_SEVERITY: Final = 17
 KEEP_MAX: Final = 100_000
 SKEW_S: Final = 0.5
 """Assumed bound on the clock difference between two nodes (NTP keeps well inside it)."""
+OWN, HUNG, RETURNED, COLLECTIVE, INFERRED = 5, 4, 3, 2, 1
+"""What a failure rests on, strongest first (see the module docstring)."""
+_COLLECTIVE: Final = re.compile(
+    r"(?i)timed? ?out|timeout|connection (?:closed|reset|refused)|closed by peer|broken pipe"
+    r"|DistBackendError|DistNetworkError|DistStoreError|watchdog|ProcessGroup\w* .*abort"
+)
+"""An exception of a collective or its transport: the consequence of another rank's end."""
+_STOPPED: Final = frozenset({"SIGTERM", "SIGINT", "SIGHUP"})
+
+
+@dataclass(frozen=True)
+class _End:
+    ts_ns: int
+    ending: Ending
+    what: str
+    node: str | None
+    origin: str
 
 
 def _log_failure(e: Entry, rank: int) -> Failure:
     what = e.first_line
     if e.collapsed is not None:  # the aggregator's de-duplication: say whom it stands for
         what += repeated(e.collapsed.count, ranges(e.collapsed.ranks))
+    collective = bool(_COLLECTIVE.search(f"{e.exc_type or ''} {e.first_line}"))
     return Failure(
+        evidence=COLLECTIVE if collective else OWN,
         rank=rank,
         node=e.node,
         cycle=e.cycle or 0,
@@ -51,7 +80,11 @@ def _log_failure(e: Entry, rank: int) -> Failure:
 
 def _span_failure(s: Span, rank: int) -> Failure:
     why = "process ended inside it" if s.truncated else (s.status or "status ERROR")
+    evidence = INFERRED if s.truncated else OWN
+    if not s.truncated and s.status and _COLLECTIVE.search(s.status):
+        evidence = COLLECTIVE
     return Failure(
+        evidence=evidence,
         rank=rank,
         node=s.node,
         cycle=s.cycle or 0,
@@ -77,8 +110,13 @@ class Failures:
         # time is gone (between the record's first and last), so it does not tie with the
         # record's own rank, whose time that is
         self.stood_for: set[tuple[int, int]] = set()
+        self.ends: dict[tuple[int, int], _End] = {}  # (cycle, rank) -> its process's ending
+        self.terminated: dict[tuple[int, int], _End] = {}  # -> its stacks at SIGTERM
 
     def log(self, e: Entry) -> None:
+        if e.ending is not None and e.rank is not None:
+            self._ending(e, e.ending, e.rank)
+            return
         if e.severity < ERROR_SEVERITY or e.rank is None or e.loss is not None:
             return
         # A record the aggregator collapsed is a failure of each rank it stands for.
@@ -99,6 +137,19 @@ class Failures:
                 return
         self._note(key, _log_failure(e, rank), member=rank != e.rank)
 
+    def _ending(self, e: Entry, ending: Ending, rank: int) -> None:
+        key = (e.cycle or 0, rank)
+        end = _End(e.ts_ns, ending, e.first_line, e.node, e.origin)
+        if ending.stacks == "fatal":  # a fatal signal: a failure of its own
+            self._note(key, _log_failure(e, rank))
+        elif ending.stacks == "terminate":
+            where = f"{e.file}:{e.line}" if e.line is not None else e.file
+            self.terminated.setdefault(
+                key, replace(end, what=f"its stack at SIGTERM ends in {where}")
+            )
+        elif ending.outcome is not None:
+            self.ends[key] = end
+
     def span(self, s: Span) -> None:
         rank = s.rank
         if not s.error or rank is None:
@@ -114,9 +165,14 @@ class Failures:
         start = f.ts_ns if start is None else start
         if (
             known is None
-            or f.ts_ns < known.ts_ns
+            or f.evidence > known.evidence
+            or (f.evidence == known.evidence and f.ts_ns < known.ts_ns)
             # spans ending together (a process that died in nested spans): the innermost
-            or (f.ts_ns == known.ts_ns and start > self.starts.get(key, start))
+            or (
+                f.evidence == known.evidence
+                and f.ts_ns == known.ts_ns
+                and start > self.starts.get(key, start)
+            )
         ):
             self.first_by_rank[key] = f
             self.starts[key] = start
@@ -132,13 +188,68 @@ class Failures:
             ):
                 self.first_by_trace[trace] = f
 
+    def stopped(self, key: tuple[int, int]) -> bool:
+        """Whether the launcher stopped this (cycle, rank): SIGTERM's stacks, or its end."""
+        end = self.ends.get(key)
+        by_signal = end is not None and end.ending.signal in _STOPPED
+        return key in self.terminated or by_signal
+
+    def stopped_keys(self) -> set[tuple[int, int]]:
+        """Every (cycle, rank) the launcher stopped."""
+        return {k for k in self.terminated.keys() | self.ends.keys() if self.stopped(k)}
+
     def ranked(self) -> list[Failure]:
-        """Each failing rank's (per cycle) first failure, earliest first."""
+        """Each failing rank's (per cycle) best failure (see the module docstring),
+        strongest evidence first, then earliest; victims of the launcher left out."""
+        out: list[Failure] = []
+        for key, f in self.first_by_rank.items():
+            end = self.ends.get(key)
+            if end is not None and f.evidence < OWN and _own_end(end.ending):
+                f = _end_failure(end, key)  # its recorded end says more than an inference
+            if f.evidence == INFERRED:
+                if self.stopped(key):
+                    continue  # a victim: it was stopped inside its span
+                end = self.ends.get(key)
+                if end is not None:  # dated at its process's end, not its last record
+                    f = replace(f, ts_ns=max(f.ts_ns, end.ts_ns))
+            out.append(f)
+        for key, end in self.ends.items():
+            if key not in self.first_by_rank and _own_end(end.ending):
+                out.append(_end_failure(end, key))
+        out += self._consequences(out)
         stood_for = self.stood_for
         return sorted(
-            self.first_by_rank.values(),
-            key=lambda f: (f.ts_ns, (f.cycle, f.rank) in stood_for, f.rank),
+            out,
+            key=lambda f: (-f.evidence, f.ts_ns, (f.cycle, f.rank) in stood_for, f.rank),
         )
+
+    def _consequences(self, found: list[Failure]) -> list[Failure]:
+        """When a cycle's failures are all of collectives: the ranks that caused them, one
+        that did not fail and was stopped (hung) or returned with exit 0 before them."""
+        out: list[Failure] = []
+        by_cycle: dict[int, list[Failure]] = {}
+        for f in found:
+            by_cycle.setdefault(f.cycle, []).append(f)
+        for cycle, failures in by_cycle.items():
+            if any(f.evidence > COLLECTIVE for f in failures):
+                continue
+            waiting = [f for f in failures if f.evidence == COLLECTIVE]
+            if not waiting:
+                continue
+            first = min(f.ts_ns for f in waiting)
+            failed = {f.rank for f in waiting}
+            n = len(failed)
+            for (c, rank), end in self.ends.items():
+                e = end.ending
+                clean = e.outcome == "exit" and e.exit_code == 0
+                if c == cycle and rank not in failed and clean and end.ts_ns <= first:
+                    what = f"returned (exit 0) while {n} ranks went on to fail in a collective"
+                    out.append(_end_failure(end, (c, rank), RETURNED, what))
+            for (c, rank), end in self.terminated.items():
+                if c == cycle and rank not in failed:
+                    what = f"hung: did not fail while {n} ranks failed in a collective; {end.what}"
+                    out.append(_end_failure(end, (c, rank), HUNG, what))
+        return out
 
     def by_trace(self, first: Failure | None) -> Failure | None:
         """Where the failure of ``first``'s trace started (see the module)."""
@@ -155,14 +266,51 @@ class Failures:
         return self.first_by_trace.get(trace)
 
 
+def _own_end(ending: Ending) -> bool:
+    """An ending that is a failure of its own (not a stop by the launcher, not a clean
+    exit)."""
+    if ending.outcome == "exit":
+        return ending.exit_code not in (0, None)
+    if ending.outcome == "signal":
+        return ending.signal not in _STOPPED
+    return ending.outcome in ("exception", "vanished")
+
+
+def _end_failure(
+    end: _End, key: tuple[int, int], evidence: int = OWN, what: str | None = None
+) -> Failure:
+    return Failure(
+        rank=key[1],
+        node=end.node,
+        cycle=key[0],
+        ts_ns=end.ts_ns,
+        observed_ns=None,
+        kind="log",
+        what=what or end.what,
+        trace_id=None,
+        span_id=None,
+        origin=end.origin,
+        evidence=evidence,
+    )
+
+
 def ordering(ranked: list[Failure], skew_s: float = SKEW_S) -> Ordering | None:
     """Whether clock skew could put another rank's failure before the first one."""
     if not ranked:
         return None
     first = ranked[0]
     other = next((f for f in ranked[1:] if f.rank != first.rank), None)
+    if first.evidence == INFERRED:
+        return Ordering(
+            False, None, skew_s, other, "it rests on a span its process ended inside: inferred"
+        )
     if other is None:
         return Ordering(True, None, skew_s, None, "the only failing rank")
+    if other.evidence < first.evidence:
+        return Ordering(
+            True, (other.ts_ns - first.ts_ns) / 1e9, skew_s, other,
+            f"the other failures follow from it (rank {other.rank}: {other.what})",
+        )  # fmt: skip
     margin = (other.ts_ns - first.ts_ns) / 1e9
     notes = []
     if first.node == other.node:

@@ -9,8 +9,9 @@ import os
 import tempfile
 from collections.abc import Iterable, Sequence
 
+from nvrx_otel.nodeline import ranges
 from nvrx_otel.report.model import Report
-from nvrx_otel.report.render import seconds, when
+from nvrx_otel.report.render import EVIDENCE, seconds, when
 from nvrx_otel.report.timeline import Timeline
 
 _STYLE = """
@@ -102,6 +103,13 @@ def page(report: Report, timeline: Timeline) -> str:
             f"<p class='bad'>rank {f.rank} on {e(f.node or '?')} (cycle {f.cycle}) at "
             f"{e(when(r, f.ts_ns))}: {e(f.what)}</p>"
         )
+        parts.append(f"<p>it rests on {e(EVIDENCE.get(f.evidence, '?'))}</p>")
+        if r.stopped:
+            parts.append(
+                f"<p>stopped by the launcher after it (victims): {e(ranges(r.stopped))}</p>"
+            )
+        if r.collective:
+            parts.append(f"<p>failed in a collective: {e(ranges(r.collective))}</p>")
         if r.ordering is not None:
             cls = "" if r.ordering.sure else " class='warn'"
             parts.append(f"<p{cls}>order: {e(r.ordering.note)}</p>")

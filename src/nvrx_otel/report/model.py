@@ -62,6 +62,7 @@ class Failure:
     span_id: str | None
     origin: str
     last_lines: list[LogLine] = field(default_factory=list)
+    evidence: int = 3  # failures.OWN, HUNG, RETURNED, COLLECTIVE or INFERRED: what it rests on
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,10 @@ class Report:
     ranks: int = 0
     start_ns: int | None = None
     end_ns: int | None = None
+    stopped: list[int] = field(default_factory=list)
+    """Ranks of the first failure's cycle the launcher stopped (SIGTERM): its victims."""
+    collective: list[int] = field(default_factory=list)
+    """Ranks of that cycle whose failure was a collective's (a timeout, a closed peer)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

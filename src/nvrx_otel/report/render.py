@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import io
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Final
 
 import orjson
 
-from nvrx_otel.nodeline import local_time
+from nvrx_otel.nodeline import local_time, ranges
+from nvrx_otel.report import failures
 from nvrx_otel.report.model import Failure, Report
 
 if TYPE_CHECKING:
@@ -47,6 +48,20 @@ def _console(out: IO[str], buffer: IO[str]) -> Console:
     tty = probe.is_terminal
     width = probe.width if tty else max(probe.width, 140)
     return Console(file=buffer, force_terminal=tty, width=width, highlight=False, emoji=False)
+
+
+EVIDENCE: Final = {
+    failures.OWN: "its own evidence",
+    failures.HUNG: "a hang: it did not fail, the others failed waiting for it",
+    failures.RETURNED: "an early return: the others failed waiting for it",
+    failures.COLLECTIVE: "a collective's failure: its cause is not in the records",
+    failures.INFERRED: "inferred: its process ended inside a span",
+}
+"""What the first failure rests on, as the text report and the page say it."""
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank{'s' if len(ranks) != 1 else ''} {ranges(ranks)}"
 
 
 def _failure(console: Console, report: Report, title: str, f: Failure) -> None:
@@ -134,7 +149,19 @@ def _tables(report: Report, console: Console) -> None:
     if f is None:
         console.print("no failure (no ERROR record, no span with status ERROR)")
     else:
-        _failure(console, report, "first failure (by time)", f)
+        _failure(console, report, f"first failure ({EVIDENCE.get(f.evidence, 'by time')})", f)
+        if report.stopped:
+            console.print(
+                f"  stopped by the launcher after it (victims): {_ranks(report.stopped)}",
+                markup=False,
+                soft_wrap=True,
+            )
+        if report.collective:
+            console.print(
+                f"  failed in a collective: {_ranks(report.collective)}",
+                markup=False,
+                soft_wrap=True,
+            )
         o = report.ordering
         if o is not None:
             style = "" if o.sure else "yellow"

@@ -29,6 +29,18 @@ class Collapsed:
     ranks: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class Ending:
+    """The watcher's ``nv.nvrx.process.*`` attributes of a record: ``outcome`` (``exit``,
+    ``exception``, ``signal``, ``vanished``) on a process's ending record, ``stacks``
+    (``fatal``, ``terminate``, ``requested``) on a dump of its stacks."""
+
+    outcome: str | None
+    signal: str | None
+    stacks: str | None
+    exit_code: int | None
+
+
 @dataclass(eq=False, slots=True)
 class Entry:
     """One log record as the view sees it, whichever file it came from.
@@ -57,6 +69,9 @@ class Entry:
     cycle: int | None = None  # restart cycle (OTLP: the resource's nv.nvrx.restart.cycle)
     observed_ns: int | None = None  # OTLP: when the exporter saw it (its observedTimeUnixNano)
     collapsed: Collapsed | None = None  # the aggregator collapsed identical records into it
+    exc_type: str | None = None  # OTLP: its exception.type
+    ending: Ending | None = None  # OTLP: the watcher's record of how a process ended or
+    # what it was doing when signalled (nv.nvrx.process.*)
 
     @property
     def origin(self) -> str:

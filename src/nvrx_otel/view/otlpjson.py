@@ -20,7 +20,7 @@ import orjson
 from nvrx_otel import semconv
 from nvrx_otel.levels import level_of_severity, severity_of_name
 from nvrx_otel.nodeline import source_file
-from nvrx_otel.view.entry import Entry, Loss
+from nvrx_otel.view.entry import Ending, Entry, Loss
 from nvrx_otel.view.sources import LOSS, Malformed, collapsed
 
 _IDENTITY: Final = {
@@ -44,6 +44,11 @@ _WANTED: Final = frozenset(
         semconv.DROP_REASON,
         semconv.DEDUP_COUNT,
         semconv.DEDUP_RANKS,
+        semconv.EXCEPTION_TYPE,
+        semconv.PROCESS_OUTCOME,
+        semconv.PROCESS_SIGNAL,
+        semconv.PROCESS_STACKS,
+        semconv.PROCESS_EXIT_CODE,
     }
 )
 
@@ -178,6 +183,25 @@ def _entry(lr: dict[str, Any], ident: dict[str, Any], path: str, number: int) ->
         cycle=int_of(ids.get("cycle")),
         observed_ns=observed or None,
         collapsed=None if repeated is None else collapsed(repeated, attrs.get(semconv.DEDUP_RANKS)),
+        exc_type=_str_or_none(attrs.get(semconv.EXCEPTION_TYPE)),
+        ending=_ending(attrs),
+    )
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _ending(attrs: dict[str, Any]) -> Ending | None:
+    outcome = _str_or_none(attrs.get(semconv.PROCESS_OUTCOME))
+    stacks = _str_or_none(attrs.get(semconv.PROCESS_STACKS))
+    if outcome is None and stacks is None:
+        return None
+    return Ending(
+        outcome=outcome,
+        signal=_str_or_none(attrs.get(semconv.PROCESS_SIGNAL)),
+        stacks=stacks,
+        exit_code=int_of(attrs.get(semconv.PROCESS_EXIT_CODE)),
     )
 
 

@@ -233,7 +233,9 @@ def test_the_report_names_the_failing_rank_first_and_no_hung_rank(failing: Run) 
     assert report.first_failure is not None and report.first_failure.rank == 3
     assert report.silent == []
     assert len(report.cycles) == 2
-    assert "first failure (its own evidence)" in failing.proc.stdout  # printed at the end of the run
+    assert (
+        "first failure (its own evidence)" in failing.proc.stdout
+    )  # printed at the end of the run
     assert "rank 3 on node1 (cycle 0)" in failing.proc.stdout
 
 

@@ -4,6 +4,7 @@ records: the culprit's exception, the killed ranks' stacks, the hung rank's stac
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -13,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.aggregator.spoolkit import process_env, wait_for
+from nvrx_otel.report import Report, analyse, failures
+from nvrx_otel.view.read import Problems
+from tests.aggregator.spoolkit import cli, finish, process_env, started, wait_for
 from tests.conftest import log_records, spawn
 
 pytestmark = pytest.mark.torch
@@ -62,6 +65,18 @@ def endings(tmp: Path, n: int) -> dict[int, dict[str, Any]]:
     return result
 
 
+def report_of(tmp: Path) -> Report:
+    """The report of the job: a real aggregator over its spool (``--otlp-json``), then
+    ``nvrx-otel report``'s analysis of what it wrote."""
+    (job,) = [p.name for p in (tmp / "spool").iterdir() if p.is_dir()]
+    agg = cli(tmp, "--job-id", job, "--otlp-json", str(tmp / "otlp"))
+    started(tmp, agg, job)
+    (tmp / "done").touch()
+    code, err = finish(agg, timeout=120)
+    assert code == 0, err
+    return analyse([str(tmp / "otlp")], problems=Problems(io.StringIO()))
+
+
 def by_rank(tmp: Path, rank: int, **match: Any) -> list[dict[str, Any]]:
     return [
         r
@@ -87,6 +102,11 @@ def test_a_rank_that_raises_without_logging_is_the_one_with_the_exception(tmp_pa
         assert ends[rank]["attrs"]["nv.nvrx.process.outcome"] in ("signal", "exception")
     started = [r["msg"] for r in log_records(tmp_path / "spool") if r.get("lvl") == "STDOUT"]
     assert sorted(started) == [f"rank {r} attempt 0 started" for r in range(4)]
+    report = report_of(tmp_path)  # names the culprit, not a survivor torchrun stopped
+    f = report.first_failure
+    assert f is not None and (f.rank, f.evidence) == (2, failures.OWN), f
+    assert "loss is NaN at step 5 on rank 2" in f.what
+    assert set(report.stopped) | set(report.collective) == {0, 1, 3}
 
 
 def test_torch_record_still_writes_the_error_file_torchrun_reports(tmp_path: Path) -> None:
@@ -116,6 +136,11 @@ def test_a_hung_rank_is_killed_with_its_stack_recorded(tmp_path: Path) -> None:
     for rank in (0, 2, 3):  # gloo's timeout in all_reduce: their own uncaught exception
         (exc,) = by_rank(tmp_path, rank, lg="nvrx_otel.uncaught")
         assert "Timed out" in exc["exc_msg"] or "Connection closed" in exc["exc_msg"], exc
+    report = report_of(tmp_path)  # torchrun names the first rank to time out; this the hang
+    f = report.first_failure
+    assert f is not None and (f.rank, f.evidence) == (1, failures.HUNG), f
+    assert "hung: did not fail while 3 ranks failed in a collective" in f.what
+    assert report.collective == [0, 2, 3]
 
 
 def test_redirects_and_tee_still_get_every_line_and_a_restart_is_recorded(

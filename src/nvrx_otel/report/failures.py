@@ -204,7 +204,7 @@ class Failures:
         out: list[Failure] = []
         for key, f in self.first_by_rank.items():
             end = self.ends.get(key)
-            if end is not None and f.evidence < OWN and _own_end(end.ending):
+            if end is not None and f.evidence == INFERRED and _own_end(end.ending):
                 f = _end_failure(end, key)  # its recorded end says more than an inference
             if f.evidence == INFERRED:
                 if self.stopped(key):

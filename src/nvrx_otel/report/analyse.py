@@ -22,6 +22,7 @@ from nvrx_otel.report.otlp import Item, Span, read_lines
 from nvrx_otel.report.phases import Phases
 from nvrx_otel.report.silence import INTERVALS, MIN_S, Activity, log_line
 from nvrx_otel.report.timeline import Timeline
+from nvrx_otel.report.verdict import verdict
 from nvrx_otel.view.entry import Entry
 from nvrx_otel.view.files import NODE_LOG, Tail, Wanted, find_streams
 from nvrx_otel.view.read import Problems
@@ -64,6 +65,7 @@ class Analysis:
         self.nodes: set[str] = set()
         self.start_ns: int | None = None
         self.end_ns: int | None = None
+        self.lost: dict[str, int] = {}
 
     def feed(self, batch: Sequence[Item], kind: str) -> None:
         sinks = self.sinks
@@ -86,6 +88,8 @@ class Analysis:
     def log(self, e: Entry, kind: str) -> None:
         self.logs += 1
         self._bounds(e.ts_ns, e.ts_ns, e.node)
+        if e.loss is not None:
+            self.lost[e.loss.what] = self.lost.get(e.loss.what, 0) + e.loss.count
         self.failures.log(e)
         self.activity.log(e)
         self.cycles.log(e)
@@ -131,7 +135,7 @@ class Analysis:
         ranks_per_cycle: dict[int, int] = {}
         for cycle, _ in self.activity.ranks:
             ranks_per_cycle[cycle] = ranks_per_cycle.get(cycle, 0) + 1
-        return Report(
+        report = Report(
             phases=self.phases.stats(),
             stragglers=strag.stragglers(
                 self.phases.per_rank, thresholds.straggler_ratio, thresholds.straggler_min_s
@@ -152,7 +156,9 @@ class Analysis:
             end_ns=self.end_ns,
             stopped=stopped,
             collective=collective,
+            lost=dict(self.lost),
         )
+        return replace(report, verdict=verdict(report))
 
     def last_lines(self, f: Failure) -> list[LogLine]:
         """The failing rank's last :data:`LAST_LINES` log lines up to its failure (read

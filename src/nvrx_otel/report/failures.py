@@ -238,16 +238,16 @@ class Failures:
                 continue
             first = min(f.ts_ns for f in waiting)
             failed = {f.rank for f in waiting}
-            n = len(failed)
+            n = f"rank{'s' if len(failed) != 1 else ''} {ranges(failed)}"
             for (c, rank), end in self.ends.items():
                 e = end.ending
                 clean = e.outcome == "exit" and e.exit_code == 0
                 if c == cycle and rank not in failed and clean and end.ts_ns <= first:
-                    what = f"returned (exit 0) while {n} ranks went on to fail in a collective"
+                    what = f"returned (exit 0) while {n} went on to fail in a collective"
                     out.append(_end_failure(end, (c, rank), RETURNED, what))
             for (c, rank), end in self.terminated.items():
                 if c == cycle and rank not in failed:
-                    what = f"hung: did not fail while {n} ranks failed in a collective; {end.what}"
+                    what = f"hung: did not fail while {n} failed in a collective; {end.what}"
                     out.append(_end_failure(end, (c, rank), HUNG, what))
         return out
 

@@ -19,7 +19,7 @@ body { font-family: sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; }
 th { background: #f0f0f0; }
-.bad { color: #b00; } .warn { color: #a60; }
+.bad { color: #b00; } .warn { color: #a60; } .ok { color: #070; }
 pre { background: #f7f7f7; padding: 0.5em; font-size: 12px; overflow-x: auto; }
 img { max-width: 100%; border: 1px solid #ddd; }
 """
@@ -57,6 +57,7 @@ def page(report: Report, timeline: Timeline) -> str:
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>nvrx-otel report</title>",
         f"<style>{_STYLE}</style></head><body><h1>nvrx-otel report</h1>",
+        f"<p class='{'ok' if r.verdict.startswith('OK') else 'bad'}'><b>{e(r.verdict)}</b></p>",
         f"<p>{r.logs} log records and {r.spans} spans from {r.files} files, {r.ranks} ranks "
         f"on {len(r.nodes)} nodes, {e(when(r, r.start_ns))} to {e(when(r, r.end_ns))}.</p>",
         _picture(r, timeline),

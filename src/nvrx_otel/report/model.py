@@ -148,6 +148,10 @@ class Report:
     """Ranks of the first failure's cycle the launcher stopped (SIGTERM): its victims."""
     collective: list[int] = field(default_factory=list)
     """Ranks of that cycle whose failure was a collective's (a timeout, a closed peer)."""
+    lost: dict[str, int] = field(default_factory=dict)
+    """Records the fault ledger reported lost: ``dropped`` and ``corrupt`` counts."""
+    verdict: str = ""
+    """The answer first (``report/verdict.py``)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

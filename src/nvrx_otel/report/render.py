@@ -95,7 +95,9 @@ def _tables(report: Report, console: Console) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    t = report.thresholds
+    head = report.verdict.partition(":")[0]
+    style = "bold green" if head == "OK" else "bold red"
+    console.print(Text(report.verdict, style=style))
     console.print(
         Text(
             f"{report.logs} log records and {report.spans} spans from {report.files} "
@@ -106,45 +108,6 @@ def _tables(report: Report, console: Console) -> None:
             style="bold",
         )
     )
-    if report.phases:
-        table = Table(title="phases (durations across ranks)", title_justify="left")
-        for col in ("phase", "spans", "ranks", "p50", "p99", "max", "slowest rank"):
-            table.add_column(col, justify="left" if col == "phase" else "right")
-        for p in report.phases:
-            table.add_row(
-                p.name,
-                str(p.count),
-                str(p.ranks),
-                seconds(p.p50_s),
-                seconds(p.p99_s),
-                seconds(p.max_s),
-                "?" if p.max_rank is None else str(p.max_rank),
-            )
-        console.print(table)
-    else:
-        console.print("no spans of the conventions' phases")
-    if report.stragglers:
-        table = Table(
-            title=f"stragglers (mean over {t.straggler_ratio:g}x the median of the ranks' means, "
-            f"and {seconds(t.straggler_min_s)} over it)",
-            title_justify="left",
-        )
-        for col in ("phase", "rank", "node", "mean", "median", "ratio", "max", "spans"):
-            table.add_column(col, justify="left" if col in ("phase", "node") else "right")
-        for s in report.stragglers:
-            table.add_row(
-                s.phase,
-                str(s.rank),
-                s.node or "?",
-                seconds(s.mean_s),
-                seconds(s.median_s),
-                f"{s.ratio:.2f}x",
-                seconds(s.max_s),
-                str(s.count),
-            )
-        console.print(table)
-    else:
-        console.print("no stragglers")
     f = report.first_failure
     if f is None:
         console.print("no failure (no ERROR record, no span with status ERROR)")
@@ -202,8 +165,10 @@ def _tables(report: Report, console: Console) -> None:
         console.print(table)
     else:
         console.print("no silent ranks")
+    _stragglers(report, console)
     if not report.cycles:
         console.print("no restart cycles (no records)")
+        _phases(report, console)
         return
     table = Table(title="restart cycles", title_justify="left")
     for col in ("cycle", "from", "to", "ranks", "failed ranks", "first failure", "recovery"):
@@ -220,3 +185,54 @@ def _tables(report: Report, console: Console) -> None:
             seconds(c.recovery_s),
         )
     console.print(table)
+    _phases(report, console)
+
+
+def _phases(report: Report, console: Console) -> None:
+    from rich.table import Table
+
+    if report.phases:
+        table = Table(title="phases (durations across ranks)", title_justify="left")
+        for col in ("phase", "spans", "ranks", "p50", "p99", "max", "slowest rank"):
+            table.add_column(col, justify="left" if col == "phase" else "right")
+        for p in report.phases:
+            table.add_row(
+                p.name,
+                str(p.count),
+                str(p.ranks),
+                seconds(p.p50_s),
+                seconds(p.p99_s),
+                seconds(p.max_s),
+                "?" if p.max_rank is None else str(p.max_rank),
+            )
+        console.print(table)
+    else:
+        console.print("no spans of the conventions' phases")
+
+
+def _stragglers(report: Report, console: Console) -> None:
+    from rich.table import Table
+
+    t = report.thresholds
+    if report.stragglers:
+        table = Table(
+            title=f"stragglers (mean over {t.straggler_ratio:g}x the median of the ranks' means, "
+            f"and {seconds(t.straggler_min_s)} over it)",
+            title_justify="left",
+        )
+        for col in ("phase", "rank", "node", "mean", "median", "ratio", "max", "spans"):
+            table.add_column(col, justify="left" if col in ("phase", "node") else "right")
+        for s in report.stragglers:
+            table.add_row(
+                s.phase,
+                str(s.rank),
+                s.node or "?",
+                seconds(s.mean_s),
+                seconds(s.median_s),
+                f"{s.ratio:.2f}x",
+                seconds(s.max_s),
+                str(s.count),
+            )
+        console.print(table)
+    else:
+        console.print("no stragglers")

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -42,7 +41,9 @@ Take = Callable[[logging.Logger, logging.Handler], bool]
 """Whether the front end takes a console handler being added to a logger (loguru's)."""
 
 _state: dict[str, Any] = {"take": None, "active": False}
-_lock = threading.RLock()
+_lock: Any = getattr(logging, "_lock")  # noqa: B009  (logging's own: one lock, one order)
+"""logging's module lock (an RLock, reset by logging at fork): ``dictConfig`` holds it
+while it adds handlers, so taking any lock of ours inside the hook would invert the order."""
 
 
 def console_fd(handler: logging.Handler) -> int | None:
@@ -65,7 +66,8 @@ def console_fd(handler: logging.Handler) -> int | None:
 
 class Bridge(logging.Handler):
     """On a logger with handlers of its own: while it does not propagate, its records go to
-    the root's sinks, as they would if it did."""
+    the root's sinks, as they would if it did (unless a SpoolHandler on their way to it
+    has spooled them already)."""
 
     def __init__(self, logger: logging.Logger) -> None:
         super().__init__()
@@ -75,9 +77,10 @@ class Bridge(logging.Handler):
         if self.logger.propagate:
             return False  # the root's sinks get it by propagation
         try:
-            for h in logging.root.handlers:
-                if _is_root_sink(h) and record.levelno >= h.level:
-                    h.handle(record)
+            if not _spooled_on_the_way(record, self.logger):
+                for h in logging.root.handlers:
+                    if _takes(h, record):
+                        h.handle(record)
         except Exception as exc:  # telemetry never breaks the log call
             report_error("cannot hand a record of a non-propagating logger on", exc)
         return True
@@ -90,26 +93,58 @@ def _is_root_sink(h: logging.Handler) -> bool:
     return isinstance(h, SpoolHandler) or bool(getattr(h, ROOT_SINK, False))
 
 
+def _takes(h: logging.Handler, record: logging.LogRecord) -> bool:
+    """Whether sink ``h`` takes ``record`` (its level, then its filters)."""
+    if not _is_root_sink(h) or record.levelno < h.level:
+        return False
+    return not h.filters or bool(h.filter(record))
+
+
+def _logger_of(record: logging.LogRecord) -> logging.Logger:
+    found = logging.Logger.manager.loggerDict.get(record.name)
+    return found if isinstance(found, logging.Logger) else logging.root
+
+
+def _spooled_on_the_way(record: logging.LogRecord, until: logging.Logger) -> bool:
+    """Whether a SpoolHandler of a logger from ``record``'s up to ``until`` takes it."""
+    c: logging.Logger | None = _logger_of(record)
+    while c is not None:
+        if any(isinstance(h, SpoolHandler) and _takes(h, record) for h in c.handlers):
+            return True
+        if c is until or not c.propagate:
+            return False
+        c = c.parent
+    return False
+
+
 def install(take: Take | None = None) -> None:
-    """Chain ``Logger.addHandler`` (once) and adopt every logger there is; ``take`` is the
-    loguru front end's (None: console handlers stay)."""
+    """Chain ``Logger.addHandler`` and ``removeHandler`` (once) and adopt every logger
+    there is; ``take`` is the loguru front end's (None: console handlers stay)."""
     with _lock:
         if take is not None:
             _state["take"] = take
         _state["active"] = True
         if not getattr(logging.Logger.addHandler, "_nvrx_otel", False):
-            original = logging.Logger.addHandler
+            original_add = logging.Logger.addHandler
+            original_remove = logging.Logger.removeHandler
 
             def add_handler(self: logging.Logger, hdlr: logging.Handler) -> None:
                 """``Logger.addHandler``, then the logger adopted (``ownhandlers``)."""
                 if _state["active"] and not isinstance(hdlr, Bridge) and _taken(self, hdlr):
                     return
-                original(self, hdlr)
+                original_add(self, hdlr)
                 if _state["active"] and not isinstance(hdlr, Bridge):
                     _adopt(self)
 
+            def remove_handler(self: logging.Logger, hdlr: logging.Handler) -> None:
+                """``Logger.removeHandler``; a bridge left with no console goes too."""
+                original_remove(self, hdlr)
+                if _state["active"] and not isinstance(hdlr, Bridge):
+                    _unbridge(self, original_remove)
+
             add_handler._nvrx_otel = True  # type: ignore[attr-defined]
             logging.Logger.addHandler = add_handler  # type: ignore[method-assign]
+            logging.Logger.removeHandler = remove_handler  # type: ignore[method-assign]
         _adopt(logging.root)
         for lg in list(logging.Logger.manager.loggerDict.values()):
             if isinstance(lg, logging.Logger):
@@ -134,14 +169,29 @@ def _taken(logger: logging.Logger, hdlr: logging.Handler) -> bool:
 
 def _adopt(logger: logging.Logger) -> None:
     try:
-        consoles = [(h, fd) for h in list(logger.handlers) if (fd := console_fd(h)) is not None]
-        for h, fd in consoles:
-            _announce(h, fd)
-        own_spool = any(isinstance(h, SpoolHandler) for h in logger.handlers)
+        handlers = list(logger.handlers)
+        consoles = [h for h in handlers if console_fd(h) is not None]
+        for h in consoles:
+            _announce(h)
+        own_spool = any(isinstance(h, SpoolHandler) for h in handlers)
         if consoles and logger is not logging.root and not own_spool:
             bridge(logger)
     except Exception as exc:  # telemetry never breaks the program's own logging setup
         report_error("cannot adopt a logger with handlers of its own", exc)
+
+
+def _unbridge(
+    logger: logging.Logger, remove: Callable[[logging.Logger, logging.Handler], None]
+) -> None:
+    """With the stdlib front ends, a logger whose last console handler was removed loses
+    its bridge too (``if not logger.handlers: logger.addHandler(...)`` then works)."""
+    try:
+        if _state["take"] is not None or any(console_fd(h) is not None for h in logger.handlers):
+            return
+        for h in [h for h in logger.handlers if isinstance(h, Bridge)]:
+            remove(logger, h)
+    except Exception as exc:
+        report_error("cannot take a bridge off a logger", exc)
 
 
 def bridge(logger: logging.Logger) -> None:
@@ -151,22 +201,26 @@ def bridge(logger: logging.Logger) -> None:
             logger.addHandler(Bridge(logger))
 
 
-def _announce(handler: logging.Handler, fd: int) -> None:
+def _announce(handler: logging.Handler) -> None:
     """Have ``handler`` tell the watcher, as it formats a record that is spooled, the text
-    it is about to print, so that the captured copy is not recorded a second time."""
+    it is about to print, so that the captured copy is not recorded a second time. (Where
+    it prints is looked up then: a handler's stream may change.) A line announced and not
+    printed is forgotten by the watcher after ``notes.Expected.TTL_S``."""
     if getattr(handler, _ANNOUNCES, False):
         return
     original = handler.format
-    stream = sys.stderr if fd == 2 else sys.stdout
 
     def format(record: logging.LogRecord) -> str:
         text = original(record)
         try:
-            if capture.captured(fd) and spooled(record):
-                terminator = getattr(handler, "terminator", "\n")
+            fd = console_fd(handler)
+            terminator = getattr(handler, "terminator", "\n")
+            printed = fd is not None and terminator.endswith("\n")
+            if printed and capture.captured(fd or 2) and spooled(record):
+                stream = sys.stderr if fd == 2 else sys.stdout
                 encoding = getattr(stream, "encoding", None) or "utf-8"
                 errors = getattr(stream, "errors", None) or "strict"
-                capture.expect(fd, text + terminator, encoding, errors)
+                capture.expect(fd or 2, text + terminator, encoding, errors)
         except Exception:
             pass  # at worst the copy is recorded twice
         return text
@@ -176,30 +230,17 @@ def _announce(handler: logging.Handler, fd: int) -> None:
 
 
 def spooled(record: logging.LogRecord) -> bool:
-    """Whether ``record`` reaches a SpoolHandler or a root sink (its logger's handlers,
-    its ancestors' while they propagate, a bridge where they stop)."""
-    found = logging.Logger.manager.loggerDict.get(record.name)
-    c: logging.Logger | None = found if isinstance(found, logging.Logger) else logging.root
+    """Whether ``record`` reaches a sink that takes it (a SpoolHandler on its logger or an
+    ancestor while they propagate, a root sink by propagation or by a bridge)."""
+    c: logging.Logger | None = _logger_of(record)
     while c is not None:
         bridged = False
         for h in c.handlers:
             if isinstance(h, Bridge):
                 bridged = True
-            elif _is_root_sink(h) and record.levelno >= h.level:
+            elif _takes(h, record):
                 return True
         if not c.propagate:
-            return bridged and any(
-                _is_root_sink(h) and record.levelno >= h.level for h in logging.root.handlers
-            )
+            return bridged and any(_takes(h, record) for h in logging.root.handlers)
         c = c.parent
     return False
-
-
-def _after_fork_in_child() -> None:
-    global _lock
-    _lock = threading.RLock()
-
-
-import os as _os  # noqa: E402  (kept apart: only the fork hook needs it)
-
-_os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import zlib
-from collections import Counter
+from collections import deque
+from collections.abc import Callable
 from typing import Any, Final
 
 import orjson
@@ -53,44 +55,63 @@ def send_expected(fd: int, stream: int, text: bytes) -> None:
 
 
 class Expected:
-    """The watcher's side of ``expect``: a bounded multiset of line hashes per stream."""
+    """The watcher's side of ``expect``: a bounded multiset of line hashes per stream, each
+    forgotten :data:`TTL_S` after it arrived (a line announced and then not printed, by a
+    handler that formats without printing, must not swallow a later line like it)."""
 
     LIMIT: Final = 100_000
+    TTL_S: Final = 30.0
 
-    def __init__(self) -> None:
-        self._by_stream: dict[int, Counter[int]] = {1: Counter(), 2: Counter()}
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._by_stream: dict[int, dict[int, deque[float]]] = {1: {}, 2: {}}
+        self._count = 0
 
     def add(self, stream: int, hashes: list[int]) -> None:
-        counts = self._by_stream.get(stream)
-        if counts is None:
+        by_hash = self._by_stream.get(stream)
+        if by_hash is None:
             return
-        if sum(counts.values()) + len(hashes) > self.LIMIT:
-            counts.clear()  # never matched (their print failed): start over
-        counts.update(h for h in hashes if isinstance(h, int))
+        if self._count + len(hashes) > self.LIMIT:
+            for other in self._by_stream.values():  # never matched: start over
+                other.clear()
+            self._count = 0
+        now = self._clock()
+        for h in hashes:
+            if isinstance(h, int):
+                by_hash.setdefault(h, deque()).append(now)
+                self._count += 1
+
+    def _take_hash(self, by_hash: dict[int, deque[float]], h: int) -> bool:
+        times = by_hash.get(h)
+        if not times:
+            return False
+        oldest = self._clock() - self.TTL_S
+        while times and times[0] < oldest:
+            times.popleft()
+            self._count -= 1
+        if not times:
+            del by_hash[h]
+            return False
+        times.popleft()
+        self._count -= 1
+        if not times:
+            del by_hash[h]
+        return True
 
     def take(self, stream: int, line: bytes) -> bool:
         """True (and forgotten) when ``line`` was expected on ``stream``."""
-        counts = self._by_stream.get(stream)
-        if not counts:
+        by_hash = self._by_stream.get(stream)
+        if not by_hash:
             return False
-        h = line_hash(line)
-        n = counts.get(h, 0)
-        if not n and line.startswith(b"["):
+        if self._take_hash(by_hash, line_hash(line)):
+            return True
+        if line.startswith(b"["):
             # a wrapping hook's prefix (torch.distributed's "[rank3]: ") around the line
             end = line.find(b"]: ", 1, 40)
-            if end > 0:
-                h = line_hash(line[end + 3 :])
-                n = counts.get(h, 0)
-        if not n and b"\x1b[" in line:  # coloured: announced as the plain text
-            h = line_hash(_CSI.sub(b"", line))
-            n = counts.get(h, 0)
-        if not n:
-            return False
-        if n == 1:
-            del counts[h]
-        else:
-            counts[h] = n - 1
-        return True
+            if end > 0 and self._take_hash(by_hash, line_hash(line[end + 3 :])):
+                return True
+        # coloured: announced as the plain text
+        return b"\x1b[" in line and self._take_hash(by_hash, line_hash(_CSI.sub(b"", line)))
 
 
 def parse(data: bytes) -> list[dict[str, Any]]:

@@ -203,20 +203,28 @@ def install(level: int) -> None:
 
 def _take(lg: logging.Logger, h: logging.Handler) -> bool:
     """Take console handler ``h`` off (or keep it from) logger ``lg``; False when ``lg``
-    is left alone. Of the handlers of one type taken from one logger only the last is
-    kept for :func:`uninstall` (torch's ``set_logs`` replaces its handler each time)."""
+    is left alone or the interception is no longer on the root. Of the handlers of one
+    type taken from one logger only the last is
+    kept for :func:`uninstall` per stream (torch's ``set_logs`` replaces its handler each
+    time)."""
     if _state.handler is None or _leave_alone(lg.name, lg) or not _is_console(h):
         return False
     if getattr(h, "_nvrx_otel_handler", False):  # setup_logger's or setup_root_logger's
+        return False
+    if _state.handler not in logging.root.handlers:  # basicConfig(force=True) took it off
         return False
     if h in lg.handlers:
         lg.removeHandler(h)
     if lg is logging.root:
         _state.root_removed.append(h)
         return True
+    fd = ownhandlers.console_fd(h)
     for entry in _state.adopted:
         if entry[0] is lg:
-            entry[1][:] = [o for o in entry[1] if type(o) is not type(h)] + [h]
+            # a replacement (torch's set_logs makes a new one each time) replaces
+            entry[1][:] = [
+                o for o in entry[1] if type(o) is not type(h) or ownhandlers.console_fd(o) != fd
+            ] + [h]
             break
     else:
         _state.adopted.append((lg, [h]))

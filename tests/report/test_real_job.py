@@ -76,6 +76,17 @@ def test_a_hung_rank_is_silent_inside_its_open_span(tmp_path: Path) -> None:
     assert s.last_record is not None and s.last_record.text == "entering the completion barrier"
     # the truncated span is the hung rank's failure: the first one, at its last sign of life
     assert report.first_failure is not None and report.first_failure.rank == 3
+    (h,) = report.hung
+    assert (h.rank, h.span, h.since_ns) == (
+        3,
+        sc.SPAN_CKPT_SAVE_COMPLETION_SYNC,
+        s.open_span.start_ns,
+    )
+    assert h.waiting == 3
+    assert report.verdict.startswith(
+        f"HUNG: rank 3 (n1) went silent in {sc.SPAN_CKPT_SAVE_COMPLETION_SYNC} at +"
+    ), report.verdict
+    assert "its process then ended inside it" in report.verdict
 
 
 def test_the_rank_that_raised_is_named_not_the_victim_the_launcher_stopped(tmp_path: Path) -> None:

@@ -39,6 +39,9 @@ def test_a_hang_says_hung_and_names_the_ranks_that_waited(tmp_path: Path) -> Non
     }
     by_rank[1] = [log(at(3), "step 3"), *_stopped(21, line=31)]
     r = _job(tmp_path, by_rank)
+    (h,) = r.hung
+    assert (h.rank, h.cycle, h.waited_by, h.waiting, h.stack) == (1, 0, [0, 2, 3], 3, "train.py:31")
+    assert orjson.loads(json_text(r))["hung"][0]["waited_by"] == [0, 2, 3]
     assert r.verdict == (
         "HUNG: rank 1 (n0) did not fail while ranks 0,2-3 failed in a collective; its stack "
         "at SIGTERM ends in train.py:31 in cycle 0 at +18.0 s. 6 records, none lost."

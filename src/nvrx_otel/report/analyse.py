@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
+from nvrx_otel.report import failures
 from nvrx_otel.report import stragglers as strag
 from nvrx_otel.report.cycles import Cycles
 from nvrx_otel.report.failures import COLLECTIVE, SKEW_S, Failures, ordering
@@ -135,6 +136,9 @@ class Analysis:
         ranks_per_cycle: dict[int, int] = {}
         for cycle, _ in self.activity.ranks:
             ranks_per_cycle[cycle] = ranks_per_cycle.get(cycle, 0) + 1
+        silent = self.activity.silent(thresholds.silence_min_s, thresholds.silence_intervals)
+        cycle = first.cycle if first is not None else (silent[0].cycle if silent else 0)
+        hung = failures.hung(self.failures, ranked, silent, ranks_per_cycle.get(cycle, 0))
         report = Report(
             phases=self.phases.stats(),
             stragglers=strag.stragglers(
@@ -143,7 +147,8 @@ class Analysis:
             first_failure=first,
             first_failure_by_trace=by_trace,
             ordering=order,
-            silent=self.activity.silent(thresholds.silence_min_s, thresholds.silence_intervals),
+            silent=silent,
+            hung=hung,
             cycles=self.cycles.cycles(ranks_per_cycle, ranked),
             thresholds=thresholds,
             logs=self.logs,

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from nvrx_otel.nodeline import ranges, repeated
-from nvrx_otel.report.model import Failure, Ordering
+from nvrx_otel.report.model import Failure, Hung, Ordering, Silent
 from nvrx_otel.report.otlp import Span
 from nvrx_otel.view.entry import Ending, Entry
 
@@ -112,6 +112,7 @@ class Failures:
         self.stood_for: set[tuple[int, int]] = set()
         self.ends: dict[tuple[int, int], _End] = {}  # (cycle, rank) -> its process's ending
         self.terminated: dict[tuple[int, int], _End] = {}  # -> its stacks at SIGTERM
+        self.inside: dict[tuple[int, int], Span] = {}  # -> the innermost span it ended in
 
     def log(self, e: Entry) -> None:
         if e.ending is not None and e.rank is not None:
@@ -152,6 +153,11 @@ class Failures:
 
     def span(self, s: Span) -> None:
         rank = s.rank
+        if s.truncated and rank is not None:
+            key = (s.cycle or 0, rank)
+            known = self.inside.get(key)
+            if known is None or s.start_ns > known.start_ns:
+                self.inside[key] = s
         if not s.error or rank is None:
             return
         if s.span_id is not None and len(self.error_spans) < KEEP_MAX:
@@ -264,6 +270,51 @@ class Failures:
             assert origin.rank is not None
             return _span_failure(origin, origin.rank)
         return self.first_by_trace.get(trace)
+
+
+def hung(f: Failures, ranked: list[Failure], silent: list[Silent], ranks: int) -> list[Hung]:
+    """The hung ranks: a HUNG failure's, else the silent ranks (``ranks``: of the cycle)."""
+    out: list[Hung] = []
+    for x in ranked:
+        if x.evidence != HUNG:
+            continue
+        key = (x.cycle, x.rank)
+        inside = f.inside.get(key)
+        waited = sorted({w.rank for w in ranked if w.cycle == x.cycle and w.evidence == COLLECTIVE})
+        end = f.terminated.get(key)
+        out.append(
+            Hung(
+                rank=x.rank,
+                node=x.node,
+                cycle=x.cycle,
+                span=None if inside is None else inside.name,
+                since_ns=None if inside is None else inside.start_ns,
+                waited_by=waited,
+                waiting=len(waited),
+                stack=None
+                if end is None
+                else end.what.removeprefix("its stack at SIGTERM ends in "),
+            )
+        )
+    if out:
+        return out
+    for q in silent:
+        end = f.terminated.get((q.cycle, q.rank))
+        out.append(
+            Hung(
+                rank=q.rank,
+                node=q.node,
+                cycle=q.cycle,
+                span=None if q.open_span is None else q.open_span.name,
+                since_ns=q.last_ns if q.open_span is None else q.open_span.start_ns,
+                waited_by=[],
+                waiting=max(ranks - len(silent), 0),
+                stack=None
+                if end is None
+                else end.what.removeprefix("its stack at SIGTERM ends in "),
+            )
+        )
+    return out
 
 
 def _own_end(ending: Ending) -> bool:

@@ -102,6 +102,21 @@ class Silent:
 
 
 @dataclass(frozen=True)
+class Hung:
+    """A rank that did not arrive where the others waited for it: one that failed nothing
+    while the others failed in a collective, or a silent rank (``report.md``)."""
+
+    rank: int
+    node: str | None
+    cycle: int
+    span: str | None  # the span it was in (the one its process ended inside), if known
+    since_ns: int | None  # that span's start, else its last record
+    waited_by: list[int]  # the ranks that failed in a collective waiting for it
+    waiting: int  # how many ranks waited (those, or the others of its cycle)
+    stack: str | None  # where its stack at SIGTERM ends, when it was recorded
+
+
+@dataclass(frozen=True)
 class Cycle:
     """One restart cycle (records without a cycle count as cycle 0)."""
 
@@ -148,6 +163,8 @@ class Report:
     """Ranks of the first failure's cycle the launcher stopped (SIGTERM): its victims."""
     collective: list[int] = field(default_factory=list)
     """Ranks of that cycle whose failure was a collective's (a timeout, a closed peer)."""
+    hung: list[Hung] = field(default_factory=list)
+    """The ranks the others waited for (see :class:`Hung`)."""
     lost: dict[str, int] = field(default_factory=dict)
     """Records the fault ledger reported lost: ``dropped`` and ``corrupt`` counts."""
     verdict: str = ""

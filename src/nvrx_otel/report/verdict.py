@@ -60,16 +60,26 @@ def _records(report: Report) -> str:
 def verdict(report: Report) -> str:
     """The one-paragraph answer (see the module docstring)."""
     f = report.first_failure
-    if f is None:
+    silent_first = f is not None and any(
+        q.rank == f.rank and q.cycle == f.cycle for q in report.silent
+    )
+    if f is None or (f.evidence == failures.INFERRED and silent_first):
         if report.silent:
             q = report.silent[0]
+            h = next((h for h in report.hung if h.rank == q.rank), None)
+            inside = f" in {h.span}" if h is not None and h.span else ""
+            stack = f"; its stack at SIGTERM ends in {h.stack}" if h is not None and h.stack else ""
             more = f" (and {len(report.silent) - 1} more)" if len(report.silent) > 1 else ""
             return (
-                f"HUNG?: rank {q.rank} ({q.node or '?'}) went silent{_at(report, q.last_ns)} "
-                f"while the others went on{more}; nothing failed. {_records(report)}"
+                f"HUNG: rank {q.rank} ({q.node or '?'}) went silent{inside}"
+                f"{_at(report, q.last_ns)} while the others went on{more}{stack}; "
+                + ("nothing failed" if f is None else "its process then ended inside it")
+                + f". {_records(report)}"
             )
-        ranks = f"{report.ranks} rank{'s' if report.ranks != 1 else ''}"
-        return f"OK: {ranks}, no failure. {_records(report)}"
+        if f is None:
+            ranks = f"{report.ranks} rank{'s' if report.ranks != 1 else ''}"
+            return f"OK: {ranks}, no failure. {_records(report)}"
+    assert f is not None
     text = f"{_HEAD.get(f.evidence, 'FAILED')}: {_who(f)} {_what(f)}"
     text += f" in cycle {f.cycle}{_at(report, f.ts_ns)}"
     if report.stopped:

@@ -237,6 +237,12 @@ def test_the_report_names_the_failing_rank_first_and_no_hung_rank(failing: Run) 
         "first failure (its own evidence)" in failing.proc.stdout
     )  # printed at the end of the run
     assert "rank 3 on node1 (cycle 0)" in failing.proc.stdout
+    # the three the launcher stopped are victims, not failures; the restart is said
+    assert report.verdict.startswith("FAILED: rank 3 (node1) "), report.verdict
+    assert "the launcher stopped ranks 0-2; restarted, cycle 1 completed." in report.verdict
+    assert report.stopped == [0, 1, 2]
+    assert [c.failed_ranks for c in report.cycles] == [1, 0]
+    assert "FAILED: rank 3 (node1)" in failing.proc.stdout  # the run's report starts with it
 
 
 def test_the_report_names_the_hung_rank(hanging: Run) -> None:
@@ -245,6 +251,11 @@ def test_the_report_names_the_hung_rank(hanging: Run) -> None:
     report = analyse([str(hanging.out / "otlp")])
     assert [s.rank for s in report.silent] == [1]
     assert "silent ranks" in hanging.proc.stdout
+    assert report.verdict.startswith("HUNG: rank 1 (node0) went silent in "), report.verdict
+    (h,) = report.hung
+    assert (h.rank, h.waiting) == (1, 3)
+    assert report.stopped == [0, 2, 3]  # the three waiting, stopped by the launcher
+    assert "HUNG: rank 1 (node0)" in hanging.proc.stdout
 
 
 def test_a_hang_kills_the_job_and_exits_1(hanging: Run) -> None:

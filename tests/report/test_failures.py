@@ -112,3 +112,15 @@ def test_an_order_resting_on_a_truncated_span_is_never_certain(tmp_path: Path) -
     f, o = r.first_failure, r.ordering
     assert f is not None and f.evidence == failures.INFERRED
     assert o is not None and not o.sure and "inferred" in o.note
+
+
+def test_a_span_ended_by_the_launchers_sigterm_makes_its_rank_a_victim(tmp_path: Path) -> None:
+    """Without a watcher: the victims' own SIGTERM handlers end their spans with status
+    ERROR "Terminated: signal SIGTERM"; that is a stop, not a failure of their own."""
+    stop = "Terminated: signal SIGTERM from the launcher"
+    spans = [(r, span("collective", at(2), at(9), trace=tid(r + 1), span_id=sid(r + 1),
+                      error=stop)) for r in (0, 2)]  # fmt: skip
+    spans.append((1, span("step", at(1), at(8), trace=tid(9), span_id=sid(9), error="OOM")))
+    r = _job(tmp_path, {r: [log(at(1), "start")] for r in range(3)}, spans)
+    assert r.first_failure is not None and r.first_failure.rank == 1
+    assert r.stopped == [0, 2] and [c.failed_ranks for c in r.cycles] == [1]

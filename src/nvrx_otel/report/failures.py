@@ -47,6 +47,9 @@ _COLLECTIVE: Final = re.compile(
 )
 """An exception of a collective or its transport: the consequence of another rank's end."""
 _STOPPED: Final = frozenset({"SIGTERM", "SIGINT", "SIGHUP"})
+STOPPED: Final = 0
+"""A failure that says the rank was stopped (a span or record ended by SIGTERM): a victim."""
+_STOP_TEXT: Final = re.compile(r"\b(?:SIGTERM|SIGINT|SIGHUP|KeyboardInterrupt|Terminated)\b")
 
 
 @dataclass(frozen=True)
@@ -62,9 +65,12 @@ def _log_failure(e: Entry, rank: int) -> Failure:
     what = e.first_line
     if e.collapsed is not None:  # the aggregator's de-duplication: say whom it stands for
         what += repeated(e.collapsed.count, ranges(e.collapsed.ranks))
-    collective = bool(_COLLECTIVE.search(f"{e.exc_type or ''} {e.first_line}"))
+    said = f"{e.exc_type or ''} {e.first_line}"
+    evidence = COLLECTIVE if _COLLECTIVE.search(said) else OWN
+    if _STOP_TEXT.search(said):
+        evidence = STOPPED
     return Failure(
-        evidence=COLLECTIVE if collective else OWN,
+        evidence=evidence,
         rank=rank,
         node=e.node,
         cycle=e.cycle or 0,
@@ -83,6 +89,8 @@ def _span_failure(s: Span, rank: int) -> Failure:
     evidence = INFERRED if s.truncated else OWN
     if not s.truncated and s.status and _COLLECTIVE.search(s.status):
         evidence = COLLECTIVE
+    if not s.truncated and s.status and _STOP_TEXT.search(s.status):
+        evidence = STOPPED
     return Failure(
         evidence=evidence,
         rank=rank,
@@ -195,14 +203,19 @@ class Failures:
                 self.first_by_trace[trace] = f
 
     def stopped(self, key: tuple[int, int]) -> bool:
-        """Whether the launcher stopped this (cycle, rank): SIGTERM's stacks, or its end."""
+        """Whether the launcher stopped this (cycle, rank): SIGTERM's stacks, its end, or
+        a failure that says so (a span ended by SIGTERM)."""
         end = self.ends.get(key)
         by_signal = end is not None and end.ending.signal in _STOPPED
-        return key in self.terminated or by_signal
+        said = self.first_by_rank.get(key)
+        return (
+            key in self.terminated or by_signal or (said is not None and said.evidence == STOPPED)
+        )
 
     def stopped_keys(self) -> set[tuple[int, int]]:
         """Every (cycle, rank) the launcher stopped."""
-        return {k for k in self.terminated.keys() | self.ends.keys() if self.stopped(k)}
+        keys = self.terminated.keys() | self.ends.keys() | self.first_by_rank.keys()
+        return {k for k in keys if self.stopped(k)}
 
     def ranked(self) -> list[Failure]:
         """Each failing rank's (per cycle) best failure (see the module docstring),
@@ -212,6 +225,8 @@ class Failures:
             end = self.ends.get(key)
             if end is not None and f.evidence == INFERRED and _own_end(end.ending):
                 f = _end_failure(end, key)  # its recorded end says more than an inference
+            if f.evidence == STOPPED:
+                continue  # a victim: what it says is that it was stopped
             if f.evidence == INFERRED:
                 if self.stopped(key):
                     continue  # a victim: it was stopped inside its span

@@ -9,7 +9,7 @@ import os
 import tempfile
 from collections.abc import Iterable, Sequence
 
-from nvrx_otel.nodeline import ranges
+from nvrx_otel.nodeline import local_time, ranges
 from nvrx_otel.report.model import Report
 from nvrx_otel.report.render import EVIDENCE, seconds, when
 from nvrx_otel.report.timeline import Timeline
@@ -61,6 +61,76 @@ def page(report: Report, timeline: Timeline) -> str:
         f"<p>{r.logs} log records and {r.spans} spans from {r.files} files, {r.ranks} ranks "
         f"on {len(r.nodes)} nodes, {e(when(r, r.start_ns))} to {e(when(r, r.end_ns))}.</p>",
         _picture(r, timeline),
+    ]
+    f = r.first_failure
+    parts.append("<h2>First failure</h2>")
+    if f is None:
+        parts.append("<p>none</p>")
+    else:
+        parts.append(
+            f"<p class='bad'>rank {f.rank} on {e(f.node or '?')} (cycle {f.cycle}) at "
+            f"{e(when(r, f.ts_ns))}: {e(f.what)}</p>"
+        )
+        parts.append(f"<p>it rests on {e(EVIDENCE.get(f.evidence, '?'))}</p>")
+        if r.stopped:
+            parts.append(
+                f"<p>stopped by the launcher after it (victims): {e(ranges(r.stopped))}</p>"
+            )
+        if r.collective:
+            parts.append(f"<p>failed in a collective: {e(ranges(r.collective))}</p>")
+        if r.ordering is not None:
+            cls = "" if r.ordering.sure else " class='warn'"
+            parts.append(f"<p{cls}>order: {e(r.ordering.note)}</p>")
+        bt = r.first_failure_by_trace
+        if bt is not None:
+            parts.append(f"<p>by trace: rank {bt.rank} on {e(bt.node or '?')}: {e(bt.what)}</p>")
+        if f.trace_id:
+            parts.append(f"<p>trace {e(f.trace_id)} span {e(f.span_id or '?')} ({e(f.origin)})</p>")
+        if f.last_lines:
+            lines = "\n".join(
+                f"{local_time(ln.ts_ns)} [{ln.level}] {ln.text}" for ln in f.last_lines
+            )
+            parts.append(f"<pre>{e(lines)}</pre>")
+    parts.append(
+        _table(
+            "Silent ranks",
+            ("rank", "node", "cycle", "last record", "behind", "threshold", "open span"),
+            (
+                (
+                    s.rank,
+                    s.node or "?",
+                    s.cycle,
+                    f"{when(r, s.last_ns)} {s.last_record.text if s.last_record else ''}",
+                    seconds(s.behind_s),
+                    seconds(s.threshold_s),
+                    s.open_span.name if s.open_span else "-",
+                )
+                for s in r.silent
+            ),
+        )
+    )
+    stragglers_at = len(parts)
+    parts.append(
+        _table(
+            "Restart cycles",
+            ("cycle", "from", "to", "ranks", "failed ranks", "first failure", "recovery"),
+            (
+                (
+                    c.cycle,
+                    when(r, c.start_ns),
+                    when(r, c.end_ns),
+                    c.ranks,
+                    c.failed_ranks,
+                    f"rank {c.first_failure.rank}: {c.first_failure.what}"
+                    if c.first_failure
+                    else "-",
+                    seconds(c.recovery_s),
+                )
+                for c in r.cycles
+            ),
+        )
+    )
+    later = [
         _table(
             "Phases (durations across ranks)",
             ("phase", "spans", "ranks", "p50", "p99", "max", "slowest rank"),
@@ -95,68 +165,7 @@ def page(report: Report, timeline: Timeline) -> str:
             ),
         ),
     ]
-    f = r.first_failure
-    parts.append("<h2>First failure</h2>")
-    if f is None:
-        parts.append("<p>none</p>")
-    else:
-        parts.append(
-            f"<p class='bad'>rank {f.rank} on {e(f.node or '?')} (cycle {f.cycle}) at "
-            f"{e(when(r, f.ts_ns))}: {e(f.what)}</p>"
-        )
-        parts.append(f"<p>it rests on {e(EVIDENCE.get(f.evidence, '?'))}</p>")
-        if r.stopped:
-            parts.append(
-                f"<p>stopped by the launcher after it (victims): {e(ranges(r.stopped))}</p>"
-            )
-        if r.collective:
-            parts.append(f"<p>failed in a collective: {e(ranges(r.collective))}</p>")
-        if r.ordering is not None:
-            cls = "" if r.ordering.sure else " class='warn'"
-            parts.append(f"<p{cls}>order: {e(r.ordering.note)}</p>")
-        bt = r.first_failure_by_trace
-        if bt is not None:
-            parts.append(f"<p>by trace: rank {bt.rank} on {e(bt.node or '?')}: {e(bt.what)}</p>")
-        if f.last_lines:
-            lines = "\n".join(f"[{ln.level}] {ln.text}" for ln in f.last_lines)
-            parts.append(f"<pre>{e(lines)}</pre>")
-    parts.append(
-        _table(
-            "Silent ranks",
-            ("rank", "node", "cycle", "last record", "behind", "threshold", "open span"),
-            (
-                (
-                    s.rank,
-                    s.node or "?",
-                    s.cycle,
-                    f"{when(r, s.last_ns)} {s.last_record.text if s.last_record else ''}",
-                    seconds(s.behind_s),
-                    seconds(s.threshold_s),
-                    s.open_span.name if s.open_span else "-",
-                )
-                for s in r.silent
-            ),
-        )
-    )
-    parts.append(
-        _table(
-            "Restart cycles",
-            ("cycle", "from", "to", "ranks", "failed ranks", "first failure", "recovery"),
-            (
-                (
-                    c.cycle,
-                    when(r, c.start_ns),
-                    when(r, c.end_ns),
-                    c.ranks,
-                    c.failed_ranks,
-                    f"rank {c.first_failure.rank}: {c.first_failure.what}"
-                    if c.first_failure
-                    else "-",
-                    seconds(c.recovery_s),
-                )
-                for c in r.cycles
-            ),
-        )
-    )
+    parts.insert(stragglers_at, later[1])
+    parts.append(later[0])
     parts.append("</body></html>\n")
     return "".join(parts)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from nvrx_otel import semconv
+from nvrx_otel.nodeline import ranges
 from nvrx_otel.report.model import Report
 from nvrx_otel.report.timeline import NAMES, TRUNCATED, Timeline
 
@@ -141,8 +142,13 @@ def _failing(report: Report) -> set[int]:
 
 def _title(report: Report) -> str:
     parts = [f"{report.ranks} ranks, {len(report.nodes)} nodes"]
-    if report.first_failure is not None:
-        parts.append(f"first failure: rank {report.first_failure.rank} (x)")
+    head = report.verdict.partition(":")[0] or "first failure"
+    if report.hung:
+        parts.append(f"{head}: rank " + ", ".join(str(h.rank) for h in report.hung))
+    elif report.first_failure is not None:
+        parts.append(f"{head}: rank {report.first_failure.rank} (x)")
+    if report.stopped:
+        parts.append(f"stopped by the launcher: {ranges(report.stopped)}")
     if report.silent:
         parts.append("silent: " + ", ".join(str(s.rank) for s in report.silent))
     if report.stragglers:

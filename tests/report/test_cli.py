@@ -145,3 +145,26 @@ def test_a_reader_that_left_the_pipe_ends_the_output_quietly(
     directory = fixture.write(tmp_path)
     assert main([str(directory)]) == 0
     assert main([str(directory), "--json"]) == 0
+
+
+def test_records_of_two_jobs_are_named_and_one_is_chosen_with_job(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nvrx_otel import semconv
+    from tests.report.otlpkit import at, log, logs_line, resource
+
+    lines = [
+        logs_line(resource("n0", 0, **{semconv.JOB_ID: "run-a"}), [log(at(1), "a ok")]),
+        logs_line(resource("n0", 0, **{semconv.JOB_ID: "run-b"}),
+                  [log(at(2), "b broke", "ERROR")]),
+    ]  # fmt: skip
+    (tmp_path / "logs_n0.jsonl").write_text("".join(lines))
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "the records are of 2 jobs (run-a, run-b)" in err
+    assert f"--job, e.g. nvrx-otel report {tmp_path} --job run-a" in err
+    assert main([str(tmp_path), "--job", "run-b", "--json"]) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert doc["verdict"].startswith("FAILED: rank 0 (n0) b broke") and doc["logs"] == 1
+    assert main([str(tmp_path), "--job", "run-c"]) == 2
+    assert "no records of job 'run-c'; the jobs found: run-a, run-b" in capsys.readouterr().err

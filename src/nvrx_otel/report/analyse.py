@@ -54,8 +54,10 @@ def _batches(path: Path, kind: str, problems: Malformed) -> Iterator[Sequence[It
 class Analysis:
     """The collectors, fed record by record."""
 
-    def __init__(self, sinks: Sequence[Sink] = ()) -> None:
+    def __init__(self, sinks: Sequence[Sink] = (), job: str | None = None) -> None:
         self.sinks = list(sinks)
+        self.job = job  # only this job's records (and those that name none)
+        self.jobs: set[str] = set()
         self.phases = Phases()
         self.failures = Failures()
         self.activity = Activity()
@@ -70,7 +72,14 @@ class Analysis:
 
     def feed(self, batch: Sequence[Item], kind: str) -> None:
         sinks = self.sinks
+        jobs = self.jobs
         for item in batch:
+            job = item.job
+            if job is not None:
+                if job not in jobs:
+                    jobs.add(job)
+                if self.job is not None and job != self.job:
+                    continue
             if isinstance(item, Span):
                 self.span(item)
             else:
@@ -162,6 +171,7 @@ class Analysis:
             stopped=stopped,
             collective=collective,
             lost=dict(self.lost),
+            jobs=sorted(self.jobs),
         )
         return replace(report, verdict=verdict(report))
 
@@ -219,13 +229,15 @@ def analyse_timeline(
     skew_s: float = SKEW_S,
     sinks: Sequence[Sink] = (),
     problems: Problems | None = None,
+    job: str | None = None,
 ) -> tuple[Report, Timeline]:
     """The report and the per-rank timeline (what the pictures draw) of ``paths``. Each
     record also goes to every sink; ``problems`` names the lines that are no OTLP
-    request."""
+    request; ``job``: only that job's records (and those that name no job); the report's
+    ``jobs`` lists every job the records name."""
     problems = problems or Problems(prog="nvrx-otel report", what="valid OTLP JSON request")
     streams = find_streams(paths, WANTED)
-    run = Analysis(sinks)
+    run = Analysis(sinks, job)
     files = 0
     for stream in streams:
         for path in stream.files:

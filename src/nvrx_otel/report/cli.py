@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any, Final
@@ -41,6 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--png", metavar="OUT.png", help="draw the per-rank timeline (needs [plot])")
     p.add_argument("--html", metavar="OUT.html", help="write one self-contained HTML page")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--job",
+        metavar="ID",
+        help="report this job only (its nv.nvrx.job.id); needed when the files hold several",
+    )
     p.add_argument(
         "--straggler-ratio",
         type=_positive,
@@ -132,9 +138,19 @@ def run(args: argparse.Namespace) -> int:
                 skew_s=args.skew,
                 sinks=sinks,
                 problems=problems,
+                job=args.job,
             )
         except PathError as exc:
             return _error(str(exc))
+        if args.job is None and len(report.jobs) > 1:
+            found = ", ".join(report.jobs)
+            return _error(
+                f"the records are of {len(report.jobs)} jobs ({found}): report one with "
+                f"--job, e.g. {PROG} {shlex.join(args.paths)} --job {shlex.quote(report.jobs[0])}"
+            )
+        if args.job is not None and args.job not in report.jobs:
+            found = ", ".join(report.jobs) or "none"
+            return _error(f"no records of job {args.job!r}; the jobs found: {found}")
         if writer is not None:
             writer.close()
     finally:

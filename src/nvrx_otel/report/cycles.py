@@ -1,11 +1,12 @@
 """Restart cycles and the time each took to recover.
 
 A record's cycle is its resource's ``nv.nvrx.restart.cycle`` (a span's own attribute of
-that name first); records without one count as cycle 0. A cycle after the first
-*resumed* at the end of its first ``nv.nvrx.ftl.run_start`` span (the workload reports it
-is running) or, without one, at its first record of a workload rank. Its **time to
-recover** runs from the previous cycle's first failure (its last record when nothing
-failed) to that moment.
+that name first). Records without one (the launcher's) belong to the cycle their time
+falls in and do not stretch it; when no record has a cycle, they are all cycle 0. A cycle
+after the first *resumed* at the end of its first ``nv.nvrx.ftl.run_start`` span (the
+workload reports it is running) or, without one, at its first record of a workload rank.
+Its **time to recover** runs from the previous cycle's first failure (its last record
+when nothing failed) to that moment.
 """
 
 from __future__ import annotations
@@ -31,11 +32,14 @@ class Cycles:
 
     def __init__(self) -> None:
         self.seen: dict[int, _Seen] = {}
+        self.loose: dict[int, _Seen] = {}  # records without a cycle, as cycle 0
 
-    def _touch(self, cycle: int, start: int, end: int, ranked: bool) -> _Seen:
-        c = self.seen.get(cycle)
+    def _touch(self, cycle: int | None, start: int, end: int, ranked: bool) -> _Seen:
+        seen = self.seen if cycle is not None else self.loose
+        cycle = cycle or 0
+        c = seen.get(cycle)
         if c is None:
-            c = self.seen[cycle] = _Seen(start, end)
+            c = seen[cycle] = _Seen(start, end)
         if start < c.start_ns:
             c.start_ns = start
         if end > c.end_ns:
@@ -45,10 +49,10 @@ class Cycles:
         return c
 
     def log(self, e: Entry) -> None:
-        self._touch(e.cycle or 0, e.ts_ns, e.ts_ns, e.rank is not None)
+        self._touch(e.cycle, e.ts_ns, e.ts_ns, e.rank is not None)
 
     def span(self, s: Span) -> None:
-        c = self._touch(s.cycle or 0, s.start_ns, s.ts_ns, s.rank is not None)
+        c = self._touch(s.cycle, s.start_ns, s.ts_ns, s.rank is not None)
         if (
             s.name == semconv.SPAN_FTL_RUN_START
             and not s.truncated
@@ -61,8 +65,9 @@ class Cycles:
         failing rank's first failure, earliest first."""
         out: list[Cycle] = []
         previous: Cycle | None = None
-        for number in sorted(self.seen):
-            c = self.seen[number]
+        seen = self.seen or self.loose
+        for number in sorted(seen):
+            c = seen[number]
             mine = [f for f in failures if f.cycle == number]
             resumed = recovery = None
             if previous is not None:

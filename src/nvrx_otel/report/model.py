@@ -167,6 +167,8 @@ class Report:
     """The ranks the others waited for (see :class:`Hung`)."""
     lost: dict[str, int] = field(default_factory=dict)
     """Records the fault ledger reported lost: ``dropped`` and ``corrupt`` counts."""
+    jobs: list[str] = field(default_factory=list)
+    """Every job id (``nv.nvrx.job.id``) the records name."""
     verdict: str = ""
     """The answer first (``report/verdict.py``)."""
 

@@ -69,6 +69,7 @@ class Span:
     links: list[tuple[str, str]] = field(default_factory=list)  # (trace id, span id)
     path: str = ""
     number: int = 0
+    job: str | None = None  # the resource's nv.nvrx.job.id
 
     @property
     def duration_ns(self) -> int:
@@ -125,6 +126,7 @@ def _span(s: dict[str, Any], res: dict[str, Any], scope: str, path: str, number:
         links=links,
         path=path,
         number=number,
+        job=None if res.get(semconv.JOB_ID) is None else str(res.get(semconv.JOB_ID)),
     )
 
 

@@ -70,6 +70,7 @@ class Entry:
     observed_ns: int | None = None  # OTLP: when the exporter saw it (its observedTimeUnixNano)
     collapsed: Collapsed | None = None  # the aggregator collapsed identical records into it
     exc_type: str | None = None  # OTLP: its exception.type
+    job: str | None = None  # OTLP: the resource's nv.nvrx.job.id
     ending: Ending | None = None  # OTLP: the watcher's record of how a process ended or
     # what it was doing when signalled (nv.nvrx.process.*)
 

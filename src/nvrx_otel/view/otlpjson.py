@@ -30,6 +30,7 @@ _IDENTITY: Final = {
     semconv.INFRA_RANK: "irank",
     semconv.INFRA_LOCAL_RANK: "ilrank",
     semconv.RESTART_CYCLE: "cycle",
+    semconv.JOB_ID: "job",
 }
 _CODE_FILE: Final = "code.file.path"
 _CODE_LINE: Final = "code.line.number"
@@ -184,6 +185,7 @@ def _entry(lr: dict[str, Any], ident: dict[str, Any], path: str, number: int) ->
         observed_ns=observed or None,
         collapsed=None if repeated is None else collapsed(repeated, attrs.get(semconv.DEDUP_RANKS)),
         exc_type=_str_or_none(attrs.get(semconv.EXCEPTION_TYPE)),
+        job=None if ids.get("job") is None else str(ids["job"]),
         ending=_ending(attrs),
     )
 

@@ -1,5 +1,7 @@
-"""Per phase (a span name of the conventions: checkpoint saves, fault-tolerance
-operations, startup and imports) the durations across ranks: p50 / p99 / max.
+"""Per phase (every span name: the conventions' checkpoint saves, fault-tolerance
+operations, startup and imports, and the program's own) the durations across ranks:
+p50 / p99 / max. Beyond :data:`NAMES_MAX` names, further names share one row,
+:data:`OTHER`.
 
 Percentiles are *nearest-rank*: the p-th percentile of n sorted durations is the one at
 position ``ceil(p/100 x n)`` (1-based), always a duration that occurred. Memory is one
@@ -29,6 +31,12 @@ SORT_MAX: Final = 200_000
 """Up to this many durations a phase's are sorted (a list of Python integers, about 7 MB);
 beyond it a percentile is selected in passes over the array (no list of them all)."""
 _BUCKETS: Final = 1024
+NAMES_MAX: Final = 200
+"""Span names with a row of their own (f-string span names would otherwise grow without
+bound)."""
+OTHER: Final = "(other span names)"
+USER_GROUP: Final = "spans"
+"""The group of a span name that is not the conventions'."""
 
 
 def nearest_rank(sorted_values: Sequence[int], p: float) -> int:
@@ -94,13 +102,17 @@ class Phases:
 
     def add(self, span: Span) -> None:
         name = span.name
-        if span.truncated or name not in semconv.SPANS:
+        if span.truncated:
             return
         d = span.duration_ns
         durations = self.durations.get(name)
         if durations is None:
-            durations = self.durations[name] = array("q")
-            self.per_rank[name] = {}
+            if len(self.durations) >= NAMES_MAX and name not in semconv.SPANS:
+                name = OTHER
+                durations = self.durations.get(name)
+            if durations is None:
+                durations = self.durations[name] = array("q")
+                self.per_rank[name] = {}
         durations.append(d)
         if d >= self.longest.get(name, (-1, None))[0]:
             self.longest[name] = (d, span.rank)
@@ -116,17 +128,21 @@ class Phases:
                 rp.max_ns = d
 
     def stats(self) -> list[PhaseStats]:
-        """One row per phase seen, in the conventions' order."""
+        """One row per phase seen: the conventions' in their order, then the others by
+        name (:data:`OTHER` last)."""
         out = []
-        for name, spec in semconv.SPANS.items():
-            durations = self.durations.get(name)
-            if not durations:
-                continue
+        others = sorted(n for n in self.durations if n not in semconv.SPANS and n != OTHER)
+        names = [n for n in semconv.SPANS if n in self.durations] + others
+        if OTHER in self.durations:
+            names.append(OTHER)
+        for name in names:
+            durations = self.durations[name]
+            spec = semconv.SPANS.get(name)
             longest, rank = self.longest[name]
             out.append(
                 PhaseStats(
                     name=name,
-                    group=spec.group,
+                    group=spec.group if spec is not None else USER_GROUP,
                     count=len(durations),
                     ranks=len(self.per_rank[name]),
                     p50_s=percentile(durations, 50) / NS,

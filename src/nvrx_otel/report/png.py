@@ -14,7 +14,7 @@ from typing import Any, Final
 from nvrx_otel import semconv
 from nvrx_otel.nodeline import ranges
 from nvrx_otel.report.model import Report
-from nvrx_otel.report.timeline import NAMES, TRUNCATED, Timeline
+from nvrx_otel.report.timeline import TRUNCATED, Timeline
 
 GROUP_COLOURS: Final = {
     semconv.SPAN_GROUP_CKPT: "#4c72b0",
@@ -22,6 +22,8 @@ GROUP_COLOURS: Final = {
     semconv.SPAN_GROUP_FT: "#8172b2",
     semconv.SPAN_GROUP_STARTUP: "#ccb974",
 }
+USER_COLOUR: Final = "#dd8452"
+"""The program's own spans (names not of the conventions)."""
 _LONG: Final = frozenset({semconv.SPAN_FTL_RUN, semconv.SPAN_FTL_CYCLE})
 """Spans that last the whole run: drawn thin behind the others."""
 
@@ -92,6 +94,7 @@ def draw(report: Report, timeline: Timeline, path: str) -> None:
         ax.set_xlabel("seconds since the first record")
         ax.grid(axis="x", alpha=0.3)
         handles = [Patch(color=c, label=g) for g, c in GROUP_COLOURS.items()]
+        handles.append(Patch(color=USER_COLOUR, label="other spans"))
         handles.append(Patch(color="#bbbbbb", label="silent"))
         ax.legend(handles=handles, loc="upper right", fontsize=7)
         ax.set_title(_title(report), fontsize=10)
@@ -109,11 +112,12 @@ def _bars(ax: Any, timeline: Timeline, ranks: list[int], start: int) -> None:
     looks: dict[tuple[str, bool, bool], list[list[tuple[float, float]]]] = {}
     for y, rank in enumerate(ranks):
         for s, e, code in timeline.bars(rank):
-            name = NAMES[code & 0xFF]
-            colour = GROUP_COLOURS.get(semconv.SPANS[name].group, "#999999")
+            name = timeline.names[code & 0xFF]
+            spec = semconv.SPANS.get(name)
+            colour = GROUP_COLOURS.get(spec.group, "#999999") if spec else USER_COLOUR
             thin = name in _LONG
             x0, x1 = (s - start) / 1e9, max((e - start) / 1e9, (s - start) / 1e9 + 1e-6)
-            half = 0.1 if thin else 0.35
+            half = 0.1 if thin else 0.35 if spec else 0.25  # the program's: nested, see-through
             box = [(x0, y - half), (x1, y - half), (x1, y + half), (x0, y + half)]
             looks.setdefault((colour, thin, bool(code & TRUNCATED)), []).append(box)
     for (colour, thin, truncated), boxes in looks.items():
@@ -121,9 +125,9 @@ def _bars(ax: Any, timeline: Timeline, ranks: list[int], start: int) -> None:
             PolyCollection(
                 boxes,
                 facecolors=colour,
-                alpha=0.35 if thin else 0.9,
+                alpha=0.35 if thin else 0.55 if colour == USER_COLOUR else 0.9,
                 hatch="//" if truncated else None,
-                edgecolors="black" if truncated else colour,
+                edgecolors="black" if truncated or colour == USER_COLOUR else colour,
                 linewidths=0.3,
             )
         )

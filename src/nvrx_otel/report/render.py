@@ -207,7 +207,7 @@ def _phases(report: Report, console: Console) -> None:
             )
         console.print(table)
     else:
-        console.print("no spans of the conventions' phases")
+        console.print("no spans")
 
 
 def _stragglers(report: Report, console: Console) -> None:

@@ -1,4 +1,5 @@
-"""What the pictures draw: per rank, its spans of the conventions as bars, in bounded
+"""What the pictures draw: per rank, its spans as bars (every name: the conventions' and
+the program's own, :data:`CODES_MAX` names at most, further ones as one), in bounded
 memory. A rank keeps at most :data:`BARS_MAX` bars; when it has more, neighbouring bars
 merge pairwise (the picture coarsens, it never grows)."""
 
@@ -16,15 +17,35 @@ NAMES: Final = tuple(semconv.SPANS)
 _CODE: Final = {name: i for i, name in enumerate(NAMES)}
 TRUNCATED: Final = 1 << 8
 ERROR: Final = 1 << 9
+CODES_MAX: Final = 255
+OTHER: Final = "(other span names)"
 
 
 class Timeline:
     """Bars per workload rank: ``(start ns, end ns, code)`` where ``code`` is the index
-    of the span name in :data:`NAMES` with the :data:`TRUNCATED` / :data:`ERROR` bits."""
+    of the span name in :attr:`names` (the conventions' :data:`NAMES` first) with the
+    :data:`TRUNCATED` / :data:`ERROR` bits."""
 
     def __init__(self) -> None:
         self.rows: dict[int, array[int]] = {}
         self.nodes: dict[int, str | None] = {}
+        self.names: list[str] = list(NAMES)  # code -> span name
+        self._codes: dict[str, int] = dict(_CODE)
+
+    def code(self, name: str) -> int:
+        """The code of span name ``name`` (a new one while there are codes left)."""
+        code = self._codes.get(name)
+        if code is None:
+            if len(self.names) < CODES_MAX:
+                code = len(self.names)
+                self.names.append(name)
+            else:
+                code = self._codes.get(OTHER, -1)
+                if code < 0:  # the last code: every further name
+                    code = len(self.names) - 1
+                    self.names[code] = OTHER
+            self._codes[name] = code
+        return code
 
     def rank(self, rank: int, node: str | None) -> None:
         """A rank with log records (a row even without spans)."""
@@ -32,9 +53,9 @@ class Timeline:
             self.nodes[rank] = node
 
     def span(self, s: Span) -> None:
-        code = _CODE.get(s.name)
-        if code is None or s.rank is None:
+        if s.rank is None:
             return
+        code = self.code(s.name)
         if s.truncated:
             code |= TRUNCATED
         if s.error:

@@ -217,10 +217,7 @@ def _announce(handler: logging.Handler) -> None:
             terminator = getattr(handler, "terminator", "\n")
             printed = fd is not None and terminator.endswith("\n")
             if printed and capture.captured(fd or 2) and spooled(record):
-                stream = sys.stderr if fd == 2 else sys.stdout
-                encoding = getattr(stream, "encoding", None) or "utf-8"
-                errors = getattr(stream, "errors", None) or "strict"
-                capture.expect(fd or 2, text + terminator, encoding, errors)
+                capture.expect(fd or 2, text + terminator)
         except Exception:
             pass  # at worst the copy is recorded twice
         return text

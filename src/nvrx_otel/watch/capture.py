@@ -74,12 +74,16 @@ def captured(stream: int) -> bool:
     return started() and stream in _state.get("captured", ())
 
 
-def expect(stream: int, text: str, encoding: str, errors: str) -> None:
-    """Tell the watcher that ``text``, about to be written to ``stream``, is a record
-    already (it forwards it, and does not record it twice)."""
+def expect(stream: int, text: str) -> None:
+    """Tell the watcher that ``text``, about to be written to ``stream`` (through
+    ``sys.stdout``/``sys.stderr``, whose encoding it is encoded with), is a record already
+    (it forwards it, and does not record it twice)."""
     fd = notes_fd()
     if fd >= 0 and captured(stream):
-        notes.send_expected(fd, stream, text.encode(encoding or "utf-8", errors or "strict"))
+        py = sys.stderr if stream == 2 else sys.stdout
+        encoding = getattr(py, "encoding", None) or "utf-8"
+        errors = getattr(py, "errors", None) or "strict"
+        notes.send_expected(fd, stream, text.encode(encoding, errors))
 
 
 def note(kind: str, **fields: Any) -> None:

@@ -97,7 +97,7 @@ def _print_announced(call: Any, default: bool) -> None:
         sys.stderr = err
     text = buffer.getvalue()
     try:
-        capture.expect(2, text, getattr(err, "encoding", "utf-8"), getattr(err, "errors", "strict"))
+        capture.expect(2, text)
     except Exception:
         pass
     err.write(text)

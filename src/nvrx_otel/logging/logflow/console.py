@@ -108,9 +108,7 @@ class RichConsoleSink:
         if "\t" in text.plain:
             text = text.copy()
             text.expand_tabs(8)  # as Rich prints it
-        err = sys.stderr
-        encoding = getattr(err, "encoding", None) or "utf-8"
-        capture.expect(2, text.plain + "\n", encoding, getattr(err, "errors", None) or "strict")
+        capture.expect(2, text.plain + "\n")
 
 
 class ConsoleFilter:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from operator import itemgetter
 from typing import Any, Final
 
@@ -68,6 +68,11 @@ def _stamp(sec: int) -> str:
 def local_time(ts_ns: int) -> str:
     """``YYYY-MM-DD HH:MM:SS,mmm`` in local time for a timestamp in ns since the epoch."""
     return f"{_stamp(ts_ns // _NS)},{ts_ns // _MS % 1000:03d}"
+
+
+def ranks_phrase(ranks: Collection[int]) -> str:
+    """``rank 3`` or ``ranks 0-2,5``."""
+    return f"rank{'s' if len(ranks) != 1 else ''} {ranges(ranks)}"
 
 
 def ranges(numbers: Iterable[int]) -> str:

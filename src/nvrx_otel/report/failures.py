@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Final
 
-from nvrx_otel.nodeline import ranges, repeated
+from nvrx_otel.nodeline import ranges, ranks_phrase, repeated
 from nvrx_otel.report.model import Failure, Hung, Ordering, Silent
 from nvrx_otel.report.otlp import Span
 from nvrx_otel.view.entry import Ending, Entry
@@ -59,18 +59,22 @@ class _End:
     what: str
     node: str | None
     origin: str
+    where: str  # the record's call site: for a dump of stacks, where the innermost frame is
+
+
+def _evidence(said: str, default: int) -> int:
+    """What a failure saying ``said`` rests on: STOPPED, COLLECTIVE, else ``default``."""
+    if _STOP_TEXT.search(said):
+        return STOPPED
+    return COLLECTIVE if _COLLECTIVE.search(said) else default
 
 
 def _log_failure(e: Entry, rank: int) -> Failure:
     what = e.first_line
     if e.collapsed is not None:  # the aggregator's de-duplication: say whom it stands for
         what += repeated(e.collapsed.count, ranges(e.collapsed.ranks))
-    said = f"{e.exc_type or ''} {e.first_line}"
-    evidence = COLLECTIVE if _COLLECTIVE.search(said) else OWN
-    if _STOP_TEXT.search(said):
-        evidence = STOPPED
     return Failure(
-        evidence=evidence,
+        evidence=_evidence(f"{e.exc_type or ''} {e.first_line}", OWN),
         rank=rank,
         node=e.node,
         cycle=e.cycle or 0,
@@ -86,11 +90,7 @@ def _log_failure(e: Entry, rank: int) -> Failure:
 
 def _span_failure(s: Span, rank: int) -> Failure:
     why = "process ended inside it" if s.truncated else (s.status or "status ERROR")
-    evidence = INFERRED if s.truncated else OWN
-    if not s.truncated and s.status and _COLLECTIVE.search(s.status):
-        evidence = COLLECTIVE
-    if not s.truncated and s.status and _STOP_TEXT.search(s.status):
-        evidence = STOPPED
+    evidence = INFERRED if s.truncated else _evidence(s.status, OWN)
     return Failure(
         evidence=evidence,
         rank=rank,
@@ -148,14 +148,12 @@ class Failures:
 
     def _ending(self, e: Entry, ending: Ending, rank: int) -> None:
         key = (e.cycle or 0, rank)
-        end = _End(e.ts_ns, ending, e.first_line, e.node, e.origin)
+        where = f"{e.file}:{e.line}" if e.line is not None else e.file
+        end = _End(e.ts_ns, ending, e.first_line, e.node, e.origin, where)
         if ending.stacks == "fatal":  # a fatal signal: a failure of its own
             self._note(key, _log_failure(e, rank))
         elif ending.stacks == "terminate":
-            where = f"{e.file}:{e.line}" if e.line is not None else e.file
-            self.terminated.setdefault(
-                key, replace(end, what=f"its stack at SIGTERM ends in {where}")
-            )
+            self.terminated.setdefault(key, end)
         elif ending.outcome is not None:
             self.ends[key] = end
 
@@ -230,7 +228,6 @@ class Failures:
             if f.evidence == INFERRED:
                 if self.stopped(key):
                     continue  # a victim: it was stopped inside its span
-                end = self.ends.get(key)
                 if end is not None:  # dated at its process's end, not its last record
                     f = replace(f, ts_ns=max(f.ts_ns, end.ts_ns))
             out.append(f)
@@ -259,7 +256,7 @@ class Failures:
                 continue
             first = min(f.ts_ns for f in waiting)
             failed = {f.rank for f in waiting}
-            n = f"rank{'s' if len(failed) != 1 else ''} {ranges(failed)}"
+            n = ranks_phrase(failed)
             for (c, rank), end in self.ends.items():
                 e = end.ending
                 clean = e.outcome == "exit" and e.exit_code == 0
@@ -268,7 +265,10 @@ class Failures:
                     out.append(_end_failure(end, (c, rank), RETURNED, what))
             for (c, rank), end in self.terminated.items():
                 if c == cycle and rank not in failed:
-                    what = f"hung: did not fail while {n} failed in a collective; {end.what}"
+                    what = (
+                        f"hung: did not fail while {n} failed in a collective; its stack at "
+                        f"SIGTERM ends in {end.where}"
+                    )
                     out.append(_end_failure(end, (c, rank), HUNG, what))
         return out
 
@@ -306,9 +306,7 @@ def hung(f: Failures, ranked: list[Failure], silent: list[Silent], ranks: int) -
                 since_ns=None if inside is None else inside.start_ns,
                 waited_by=waited,
                 waiting=len(waited),
-                stack=None
-                if end is None
-                else end.what.removeprefix("its stack at SIGTERM ends in "),
+                stack=None if end is None else end.where,
             )
         )
     if out:
@@ -324,9 +322,7 @@ def hung(f: Failures, ranked: list[Failure], silent: list[Silent], ranks: int) -
                 since_ns=q.last_ns if q.open_span is None else q.open_span.start_ns,
                 waited_by=[],
                 waiting=max(ranks - len(silent), 0),
-                stack=None
-                if end is None
-                else end.what.removeprefix("its stack at SIGTERM ends in "),
+                stack=None if end is None else end.where,
             )
         )
     return out

@@ -7,7 +7,7 @@ from typing import IO, TYPE_CHECKING, Final
 
 import orjson
 
-from nvrx_otel.nodeline import local_time, ranges
+from nvrx_otel.nodeline import local_time, ranks_phrase
 from nvrx_otel.report import failures
 from nvrx_otel.report.model import Failure, Report
 
@@ -58,10 +58,6 @@ EVIDENCE: Final = {
     failures.INFERRED: "inferred: its process ended inside a span",
 }
 """What the first failure rests on, as the text report and the page say it."""
-
-
-def _ranks(ranks: list[int]) -> str:
-    return f"rank{'s' if len(ranks) != 1 else ''} {ranges(ranks)}"
 
 
 def _failure(console: Console, report: Report, title: str, f: Failure) -> None:
@@ -115,13 +111,13 @@ def _tables(report: Report, console: Console) -> None:
         _failure(console, report, f"first failure ({EVIDENCE.get(f.evidence, 'by time')})", f)
         if report.stopped:
             console.print(
-                f"  stopped by the launcher after it (victims): {_ranks(report.stopped)}",
+                f"  stopped by the launcher after it (victims): {ranks_phrase(report.stopped)}",
                 markup=False,
                 soft_wrap=True,
             )
         if report.collective:
             console.print(
-                f"  failed in a collective: {_ranks(report.collective)}",
+                f"  failed in a collective: {ranks_phrase(report.collective)}",
                 markup=False,
                 soft_wrap=True,
             )

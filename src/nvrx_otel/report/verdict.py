@@ -1,8 +1,9 @@
 """The verdict: the report's first line, what a person paged for the job acts on.
 
-``FAILED``, ``HUNG`` or ``OK``, then who and what, where and when, what the launcher did
-after it (the ranks it stopped, a restart and how the next cycle went), and what the
-records are worth (how many, the losses the fault ledger reported). Examples::
+``FAILED``, ``HUNG``, ``FAILED?`` (only inferred) or ``OK``, then who and what, where and
+when, what the launcher did after it (the ranks it stopped, a restart and how the next
+cycle went), and what the records are worth (how many, the losses the fault ledger
+reported). Examples::
 
     FAILED: rank 2 (node0) raised RuntimeError: loss is NaN (train.py:88) in cycle 0 at
     +12.3 s; the launcher stopped ranks 0-1,3; cycle 1 completed. 227 records, none lost.
@@ -13,7 +14,7 @@ records are worth (how many, the losses the fault ledger reported). Examples::
 
 from __future__ import annotations
 
-from nvrx_otel.nodeline import ranges
+from nvrx_otel.nodeline import ranks_phrase
 from nvrx_otel.report import failures
 from nvrx_otel.report.model import Failure, Report
 
@@ -30,10 +31,6 @@ def _at(report: Report, ts_ns: int) -> str:
     if report.start_ns is None:
         return ""
     return f" at +{(ts_ns - report.start_ns) / 1e9:.1f} s"
-
-
-def _ranks(ranks: list[int]) -> str:
-    return f"rank{'s' if len(ranks) != 1 else ''} {ranges(ranks)}"
 
 
 def _who(f: Failure) -> str:
@@ -83,9 +80,9 @@ def verdict(report: Report) -> str:
     text = f"{_HEAD.get(f.evidence, 'FAILED')}: {_who(f)} {_what(f)}"
     text += f" in cycle {f.cycle}{_at(report, f.ts_ns)}"
     if report.stopped:
-        text += f"; the launcher stopped {_ranks(report.stopped)}"
+        text += f"; the launcher stopped {ranks_phrase(report.stopped)}"
     if report.collective and f.evidence == failures.OWN:
-        text += f"; {_ranks(report.collective)} then failed in a collective"
+        text += f"; {ranks_phrase(report.collective)} then failed in a collective"
     later = [c for c in report.cycles if c.cycle > f.cycle]
     if later:
         last = later[-1]

@@ -109,7 +109,25 @@ def page(report: Report, timeline: Timeline) -> str:
             ),
         )
     )
-    stragglers_at = len(parts)
+    parts.append(
+        _table(
+            "Stragglers",
+            ("phase", "rank", "node", "mean", "median", "ratio", "max", "spans"),
+            (
+                (
+                    s.phase,
+                    s.rank,
+                    s.node or "?",
+                    seconds(s.mean_s),
+                    seconds(s.median_s),
+                    f"{s.ratio:.2f}x",
+                    seconds(s.max_s),
+                    s.count,
+                )
+                for s in r.stragglers
+            ),
+        )
+    )
     parts.append(
         _table(
             "Restart cycles",
@@ -130,7 +148,7 @@ def page(report: Report, timeline: Timeline) -> str:
             ),
         )
     )
-    later = [
+    parts.append(
         _table(
             "Phases (durations across ranks)",
             ("phase", "spans", "ranks", "p50", "p99", "max", "slowest rank"),
@@ -146,26 +164,7 @@ def page(report: Report, timeline: Timeline) -> str:
                 )
                 for p in r.phases
             ),
-        ),
-        _table(
-            "Stragglers",
-            ("phase", "rank", "node", "mean", "median", "ratio", "max", "spans"),
-            (
-                (
-                    s.phase,
-                    s.rank,
-                    s.node or "?",
-                    seconds(s.mean_s),
-                    seconds(s.median_s),
-                    f"{s.ratio:.2f}x",
-                    seconds(s.max_s),
-                    s.count,
-                )
-                for s in r.stragglers
-            ),
-        ),
-    ]
-    parts.insert(stragglers_at, later[1])
-    parts.append(later[0])
+        )
+    )
     parts.append("</body></html>\n")
     return "".join(parts)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from nvrx_otel import run as run_cli
 from nvrx_otel._version import __version__
 from nvrx_otel.demo import cli as demo_cli
 from nvrx_otel.identity import Identity, resolve
@@ -164,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     agg.set_defaults(func=cmd_aggregate, aggregate_args=[])
     lnav = sub.add_parser("lnav-install", help=cmd_lnav_install.__doc__, add_help=False)
     lnav.set_defaults(func=cmd_lnav_install, lnav_args=[])
+    run_cli.register(sub)  # nvrx-otel run
     view_cli.register(sub)  # nvrx-otel logs
     report_cli.register(sub)  # nvrx-otel report
     return parser

@@ -92,6 +92,17 @@ NODE_ID: Final = Setting(
 containers name nodes explicitly.""",
 )
 
+NVRX_OTEL_JOB_ID: Final = "NVRX_OTEL_JOB_ID"
+JOB_ID: Final = Setting(
+    NVRX_OTEL_JOB_ID,
+    parse_text,
+    None,
+    """Job id, the spool directory's name; wins over SLURM_JOB_ID and TORCHELASTIC_RUN_ID.
+``nvrx-otel run`` sets it for its command, so that its ranks and its aggregator agree
+even when the launcher picks a random id (``torchrun --standalone``). Default: unset (the
+launcher's id).""",
+)
+
 NVRX_OTEL_RUN_TAGS: Final = "NVRX_OTEL_RUN_TAGS"
 RUN_TAGS: Final = Setting(
     NVRX_OTEL_RUN_TAGS,
@@ -336,6 +347,7 @@ from nvrx_otel.envexternal import SLURM_JOB_ID as SLURM_JOB_ID
 from nvrx_otel.envexternal import SLURM_JOB_NUM_NODES as SLURM_JOB_NUM_NODES
 from nvrx_otel.envexternal import SLURM_LOCALID as SLURM_LOCALID
 from nvrx_otel.envexternal import SLURM_NNODES as SLURM_NNODES
+from nvrx_otel.envexternal import SLURM_NODEID as SLURM_NODEID
 from nvrx_otel.envexternal import SLURM_PROCID as SLURM_PROCID
 from nvrx_otel.envexternal import TORCHELASTIC_RESTART_COUNT as TORCHELASTIC_RESTART_COUNT
 from nvrx_otel.envexternal import TORCHELASTIC_RUN_ID as TORCHELASTIC_RUN_ID

@@ -285,6 +285,13 @@ Setting(
     None,
     """Slurm number of nodes in the job step (job-array infra-rank formula).""",
 )
+SLURM_NODEID: Final = "SLURM_NODEID"
+Setting(
+    SLURM_NODEID,
+    parse_nonneg_int,
+    None,
+    """Slurm node index in the job step (``nvrx-otel run`` prints the verdict on node 0).""",
+)
 SLURM_JOB_NUM_NODES: Final = "SLURM_JOB_NUM_NODES"
 Setting(
     SLURM_JOB_NUM_NODES,

@@ -10,8 +10,8 @@ Precedence (first variable present wins):
 - group rank: GROUP_RANK (torchrun)
 - infra rank: SLURM_ARRAY_TASK_ID * SLURM_NNODES (or SLURM_JOB_NUM_NODES) + SLURM_PROCID
   for array tasks, else SLURM_PROCID; infra local rank: SLURM_LOCALID
-- job id: SLURM_ARRAY_JOB_ID_SLURM_ARRAY_TASK_ID for array tasks, else SLURM_JOB_ID, else
-  TORCHELASTIC_RUN_ID, else none; restart cycle: TORCHELASTIC_RESTART_COUNT
+- job id: NVRX_OTEL_JOB_ID, else SLURM_ARRAY_JOB_ID_SLURM_ARRAY_TASK_ID for array tasks,
+  else SLURM_JOB_ID, else TORCHELASTIC_RUN_ID, else none; restart cycle: TORCHELASTIC_RESTART_COUNT
 - node id: NVRX_OTEL_NODE_ID, else the host name
 
 PMIx launchers export only PMIX_RANK and PMIX_NAMESPACE (plus PMIx server contact
@@ -227,8 +227,11 @@ def resolve(
             f"{env.SLURM_ARRAY_TASK_ID} x node count + {env.SLURM_PROCID}", task * nnodes + procid
         )
     array_job = _text(e, env.SLURM_ARRAY_JOB_ID, strict)
-    if array_job is not None and task is not None:
-        job_id: str | None = f"{array_job}_{task}"
+    explicit = _text(e, env.NVRX_OTEL_JOB_ID, strict)
+    if explicit is not None:
+        job_id: str | None = explicit
+    elif array_job is not None and task is not None:
+        job_id = f"{array_job}_{task}"
     else:
         job_id = _text(e, env.SLURM_JOB_ID, strict) or _text(e, env.TORCHELASTIC_RUN_ID, strict)
     ident = Identity(

@@ -81,7 +81,7 @@ JOB_ARRAY_TASK_ID: Final = "nv.nvrx.job.array_task_id"
 """SLURM job-array task id (SLURM_ARRAY_TASK_ID)."""
 
 JOB_ID: Final = "nv.nvrx.job.id"
-"""Job identifier; SLURM_ARRAY_JOB_ID_SLURM_ARRAY_TASK_ID for array tasks, else SLURM_JOB_ID, else TORCHELASTIC_RUN_ID."""
+"""Job identifier; NVRX_OTEL_JOB_ID, else SLURM_ARRAY_JOB_ID_SLURM_ARRAY_TASK_ID for array tasks, else SLURM_JOB_ID, else TORCHELASTIC_RUN_ID."""
 
 NODE_ID: Final = "nv.nvrx.node.id"
 """Node identifier used in node log names and records (NVRX_OTEL_NODE_ID, else the host name)."""

@@ -7,8 +7,10 @@ Startup and import spans, then STEPS steps, each a ``step <i>`` record and a che
 ``write`` span (``MODE=slow``: ten times longer). Then by MODE:
 
 - ``ok`` / ``slow``: exit 0.
-- ``crash``: raise inside the ``run`` span, log the exception, exit 1.
-- ``hang``: enter a ``completion_sync`` span and stay there, silent (until killed).
+- ``crash``: raise inside the ``run`` span, log the exception, exit 1 (with
+  ``CRASH_AFTER_HANGS=N``: once N ranks wait in ``hang``).
+- ``hang``: enter a ``completion_sync`` span and stay there, silent (until killed); it
+  creates DIR/hang<RANK> once it waits (and its watcher, if any, has made its file).
 - ``beat``: log ``waiting in allreduce`` every 50 ms until DIR/release exists; after 40
   of them create DIR/beat<RANK> (so the test knows the others went on).
 """
@@ -41,6 +43,8 @@ with ft_span(FtSpanKind.RUN, cycle=cycle):
         with checkpoint_span(CkptSaveSpanKind.WRITE, call_idx=i):
             time.sleep(write_s)  # the work the span measures (not a synchronisation)
     if mode == "crash":
+        while len(list(directory.glob("hang*"))) < int(os.environ.get("CRASH_AFTER_HANGS", "0")):
+            time.sleep(0.01)  # the others are to be waiting when this one fails
         try:
             raise RuntimeError(f"CUDA error on rank {rank}")
         except RuntimeError:
@@ -49,6 +53,11 @@ with ft_span(FtSpanKind.RUN, cycle=cycle):
     if mode == "hang":
         with checkpoint_span(CkptSaveSpanKind.COMPLETION_SYNC, call_idx=steps):
             log.info("entering the completion barrier")
+            if os.environ.get("NVRX_OTEL_CAPTURE_STACKS") == "on":  # its watcher is up
+                spool = Path(os.environ["NVRX_NODE_LOCAL_TMPDIR"])
+                while not list(spool.glob(f"*/rank{rank}-watch.*")):
+                    time.sleep(0.01)
+            (directory / f"hang{rank}").touch()
             while True:
                 time.sleep(1)  # hung in a collective: killed by the test
     if mode == "beat":

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nvrx_otel import command
 from nvrx_otel.demo import events
 from nvrx_otel.demo.nodes import DRAIN_TIMEOUT_S, Aggregators
 from nvrx_otel.demo.plan import Plan, PlanError, make_plan
@@ -227,15 +228,22 @@ class Demo:
         for label, path in self._outputs():
             out.print(f"  {label:<22} {path}", markup=False, highlight=False, soft_wrap=True)
         out.print(
-            f"read them with: nvrx-otel logs {plan.log_dir}",
+            f"read them with: {command.line('logs', str(plan.log_dir))}",
             markup=False,
             highlight=False,
             soft_wrap=True,
         )
         otlp = plan.root / "otlp"
         out.print(
-            f"picture them:   nvrx-otel report {otlp} --html {plan.root / 'report.html'} "
-            f"--perfetto {plan.root / 'trace.json'}",
+            "picture them:   "
+            + command.line(
+                "report",
+                str(otlp),
+                "--html",
+                str(plan.root / "report.html"),
+                "--perfetto",
+                str(plan.root / "trace.json"),
+            ),
             markup=False,
             highlight=False,
             soft_wrap=True,

@@ -86,7 +86,12 @@ def _identity(ident: Identity, e: Mapping[str, str], job: str | None) -> dict[st
         var = next(
             (
                 v
-                for v in (env.SLURM_ARRAY_JOB_ID, env.SLURM_JOB_ID, env.TORCHELASTIC_RUN_ID)
+                for v in (
+                    env.NVRX_OTEL_JOB_ID,
+                    env.SLURM_ARRAY_JOB_ID,
+                    env.SLURM_JOB_ID,
+                    env.TORCHELASTIC_RUN_ID,
+                )
                 if e.get(v, "").strip()
             ),
             "?",

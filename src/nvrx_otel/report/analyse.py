@@ -29,7 +29,7 @@ from nvrx_otel.view.files import NODE_LOG, Tail, Wanted, find_streams
 from nvrx_otel.view.read import Problems
 from nvrx_otel.view.sources import Malformed, read_node_log
 
-WANTED: Final = Wanted(node_logs=False, signals=("logs", "traces"))
+WANTED: Final = Wanted(node_logs=False, signals=("logs", "traces"), subdirs=("otlp",))
 """A directory gives its OTLP/JSON logs and traces files (no node logs: those hold no
 spans, and a record in both would count twice)."""
 LAST_LINES: Final = 10

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any, Final
 
+from nvrx_otel import command
 from nvrx_otel.report import failures, silence, stragglers
 from nvrx_otel.report.analyse import analyse_timeline
 from nvrx_otel.view.cli import quiet_stdout
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             import matplotlib  # noqa: F401
         except ImportError:
             if args.png:
-                return _error("--png needs matplotlib: pip install 'nvrx-otel[plot]'")
+                return _error(f"--png needs matplotlib: {sys.executable} -m pip install matplotlib")
     sinks = []
     perfetto_out = None
     writer = None
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
             found = ", ".join(report.jobs)
             return _error(
                 f"the records are of {len(report.jobs)} jobs ({found}): report one with "
-                f"--job, e.g. {PROG} {shlex.join(args.paths)} --job {shlex.quote(report.jobs[0])}"
+                f"--job, e.g. {command.line('report', *args.paths, '--job', report.jobs[0])}"
             )
         if args.job is not None and args.job not in report.jobs:
             found = ", ".join(report.jobs) or "none"

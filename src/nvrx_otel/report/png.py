@@ -9,6 +9,7 @@ orange. Without matplotlib :class:`MissingMatplotlib` says how to install it.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Final
 
 from nvrx_otel import semconv
@@ -41,7 +42,7 @@ def _pyplot() -> Any:
         import matplotlib
     except ImportError:
         raise MissingMatplotlib(
-            "the picture needs matplotlib: pip install 'nvrx-otel[plot]'"
+            f"the picture needs matplotlib: {sys.executable} -m pip install matplotlib"
         ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -84,6 +84,12 @@ class WriterSlowPath:
         ok = self.fd >= 0 and not self.drops.pending and not self._need_newline
         self.limit = min(self.max_file_size, self.size + self.max_record) if ok else -1
 
+    def open_now(self) -> bool:
+        """Make the first spool file now, before any record (True once one is open): from
+        then on the aggregator counts this writer as live and drains only after it has
+        exited — for a watcher, which writes what it has to say when its rank has gone."""
+        return self.fd >= 0 or self._make_room(0) == ""
+
     def _make_room(self, needed: int) -> str:
         """Ensure a file with room is open and no drop is pending; else the drop reason."""
         now = time.monotonic_ns()

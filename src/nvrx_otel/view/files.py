@@ -7,7 +7,9 @@ view takes the node logs ``nvrx_log_<node>.log`` with their rotated backups ``.1
 backups ``logs-<time>-size.jsonl`` (``nvrx-otel report`` asks for the OTLP/JSON files of
 both signals instead, ``logs*.jsonl`` and ``traces*.jsonl``, and no node logs). A file
 named explicitly is read whatever its name (``*.jsonl`` and ``*.json`` as OTLP/JSON,
-anything else as a node log).
+anything else as a node log). A directory holding none of these itself, such as the
+output directory of ``nvrx-otel demo`` or ``nvrx-otel run``, is read from its ``logs/``
+(else ``otlp/``) subdirectory; ``report`` reads its ``otlp/``.
 
 The files of one log and its backups form one *stream*, read oldest first (``.2``,
 ``.1``, then the log; the collector's backups by the time in their name, then the live
@@ -68,6 +70,10 @@ class Wanted:
 
     node_logs: bool = True
     signals: tuple[str, ...] = LOGS
+    subdirs: tuple[str, ...] = ("logs", "otlp")
+    """Where to look in a directory that holds none of these files itself: the output
+    directory of ``nvrx-otel demo`` or ``nvrx-otel run`` (``logs/``, ``otlp/``); the first
+    subdirectory that holds some is read."""
 
     @property
     def otlp_name(self) -> re.Pattern[str]:
@@ -75,11 +81,12 @@ class Wanted:
 
     def describe(self) -> str:
         otlp = ", ".join(f"{s}*.jsonl" for s in self.signals)
-        return (
+        what = (
             f"no node log (nvrx_log_*.log) or OTLP JSON ({otlp})"
             if self.node_logs
             else (f"no OTLP JSON ({otlp})")
         )
+        return f"{what}, here or in {' or '.join(d + '/' for d in self.subdirs)}"
 
 
 _NAMES: dict[tuple[str, ...], re.Pattern[str]] = {}
@@ -124,18 +131,27 @@ def _expand(arg: str, wanted: Wanted) -> list[tuple[Path, bool]]:
             out.extend(_expand(m, wanted))
         return out
     if path.is_dir():
-        try:
-            names = sorted(os.listdir(path))
-        except OSError as exc:
-            raise PathError(f"{arg}: {exc.strerror or exc}") from None
-        found = [(path / n, False) for n in names if (path / n).is_file()]
-        found = [(p, e) for p, e in found if classify(p, explicit=False, wanted=wanted)]
+        found = _directory(path, wanted)
+        for sub in wanted.subdirs:
+            if found or not (path / sub).is_dir():
+                continue
+            found = _directory(path / sub, wanted)
         if not found:
             raise PathError(f"{arg}: {wanted.describe()}")
         return found
     if not os.path.lexists(arg):
         raise PathError(f"{arg}: no such file or directory")
     return [(path, True)]
+
+
+def _directory(path: Path, wanted: Wanted) -> list[tuple[Path, bool]]:
+    """The files of one directory (not its subdirectories) the view reads."""
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as exc:
+        raise PathError(f"{path}: {exc.strerror or exc}") from None
+    found = [(path / n, False) for n in names if (path / n).is_file()]
+    return [(p, e) for p, e in found if classify(p, explicit=False, wanted=wanted)]
 
 
 def _check_readable(path: Path) -> None:

@@ -276,6 +276,9 @@ class Watcher:
             max_record=int(spec["max_record"]),
         )
         self.writer.write_for(spec["identity"], spec["resource"])
+        # A file now, not at the first record: the rank's end is what this writer records,
+        # and an aggregator that saw no live writer once the rank was gone would not wait.
+        self.writer.open_now()
         self.ending = Ending(self.pid)
         self.notes = Notes(int(spec["notes"]), self.ending)
         self.dumps = [Dump(int(fd), sig, reason) for fd, sig, reason in spec["dumps"]]

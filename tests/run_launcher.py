@@ -31,7 +31,7 @@ ranks = [
             "WORLD_SIZE": str(len(modes)),
             "TORCHELASTIC_RUN_ID": run_id,
         },
-    )  # fmt: skip
+    )
     for i, mode in enumerate(modes)
 ]
 stopping = False

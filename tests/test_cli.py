@@ -60,8 +60,14 @@ def test_demo_runs_without_any_server(tmp_path: Path) -> None:
     (run,) = (cwd / "nvrx-otel-demo").iterdir()
     assert "the job finished" in out.stdout, out.stdout
     assert f"writing to {run}\n" in out.stdout, out.stdout
-    assert f"nvrx-otel logs {run / 'logs'}\n" in out.stdout, out.stdout
+    assert f"nvrx_otel logs {run / 'logs'}\n" in out.stdout, out.stdout
     assert f"--perfetto {run / 'trace.json'}\n" in out.stdout, out.stdout
+    for label in ("read them with: ", "picture them:   "):  # they run as printed
+        (line,) = [x for x in out.stdout.splitlines() if x.startswith(label)]
+        ran = subprocess.run(line[len(label) :], shell=True, capture_output=True, text=True,
+                             cwd=cwd, timeout=240)  # fmt: skip
+        assert ran.returncode == 0, (line, ran.stderr)
+    assert (run / "trace.json").stat().st_size > 0
     assert sorted(p.name for p in (run / "logs").iterdir()) == [
         "nvrx_log_node0.log",
         "nvrx_log_node1.log",

@@ -196,7 +196,7 @@ def prepare(args: argparse.Namespace, environ: Mapping[str, str]) -> Setup:
     out = Path(args.out) if args.out else Path("nvrx-runs") / job_id
     child = dict(environ)
     child[env.NVRX_OTEL_JOB_ID] = job_id
-    root = environ.get(env.NVRX_NODE_LOCAL_TMPDIR, "").strip()
+    root = env.SPOOL_ROOT.get(environ)
     spool_root = Path(root) if root else Path(tempfile.gettempdir()) / f"nvrx-otel-{os.getuid()}"
     child[env.NVRX_NODE_LOCAL_TMPDIR] = str(spool_root)
     if not _service_named(environ):

@@ -45,7 +45,8 @@ def test_a_directory_without_otlp_json_is_one_line(tmp_path: Path) -> None:
     done = report(str(tmp_path))
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"nvrx-otel report: error: {tmp_path}: no OTLP JSON (logs*.jsonl, traces*.jsonl)"
+        f"nvrx-otel report: error: {tmp_path}: no OTLP JSON (logs*.jsonl, traces*.jsonl), "
+        "here or in otlp/"
     ]
 
 
@@ -113,8 +114,9 @@ def test_png_without_matplotlib_is_one_clear_line(tmp_path: Path) -> None:
     done = report_without_matplotlib(tmp_path, str(directory), "--png", str(out))
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "nvrx-otel report: error: --png needs matplotlib: pip install 'nvrx-otel[plot]'"
-    ]
+        f"nvrx-otel report: error: --png needs matplotlib: {sys.executable} -m pip install "
+        "matplotlib"
+    ]  # a command that works from a checkout too, with the interpreter that needs it
     assert not out.exists()
 
 
@@ -162,7 +164,10 @@ def test_records_of_two_jobs_are_named_and_one_is_chosen_with_job(
     assert main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "the records are of 2 jobs (run-a, run-b)" in err
-    assert f"--job, e.g. nvrx-otel report {tmp_path} --job run-a" in err
+    printed = err.split("--job, e.g. ", 1)[1].strip()
+    assert printed.endswith(f"report {tmp_path} --job run-a"), printed
+    ran = subprocess.run(printed, shell=True, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0 and ran.stdout.startswith("OK: 1 rank"), ran  # runs as printed
     assert main([str(tmp_path), "--job", "run-b", "--json"]) == 0
     doc = orjson.loads(capsys.readouterr().out)
     assert doc["verdict"].startswith("FAILED: rank 0 (n0) b broke") and doc["logs"] == 1

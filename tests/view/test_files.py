@@ -100,3 +100,26 @@ def test_tail_holds_a_partial_last_line_until_complete(tmp_path: Path) -> None:
     assert list(tail.lines(final=False)) == [(2, "two")]
     assert list(tail.lines(final=True)) == [(3, "three")]
     tail.close()
+
+
+def test_an_output_directory_is_read_from_its_logs_else_its_otlp_subdirectory(
+    tmp_path: Path,
+) -> None:
+    """``nvrx-otel demo`` and ``nvrx-otel run`` write ``logs/`` and ``otlp/`` under their
+    directory: the view takes the node logs, the report (which wants OTLP) ``otlp/``."""
+    from nvrx_otel.report.analyse import WANTED
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "otlp").mkdir()
+    (tmp_path / "logs" / "nvrx_log_n0.log").write_text("")
+    (tmp_path / "otlp" / "logs_n0.jsonl").write_text("")
+    (tmp_path / "otlp" / "traces_n0.jsonl").write_text("")
+    assert [s.kind for s in find_streams([str(tmp_path)])] == [NODE_LOG]
+    assert {Path(s.key).name for s in find_streams([str(tmp_path)], WANTED)} == {
+        "logs_n0.jsonl",
+        "traces_n0.jsonl",
+    }
+    (tmp_path / "logs" / "nvrx_log_n0.log").unlink()
+    assert [s.kind for s in find_streams([str(tmp_path)])] == [OTLP_JSON]
+    with pytest.raises(PathError, match="here or in logs/ or otlp/"):
+        find_streams([str(tmp_path / "logs")])

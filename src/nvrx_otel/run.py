@@ -280,12 +280,7 @@ def _run_command(setup: Setup, cmd: list[str]) -> int:
             _say(f"cannot run {cmd[0]!r}: {exc.strerror or exc}")
             return 127 if isinstance(exc, FileNotFoundError) else 126
         forward.child = child
-        while True:
-            try:
-                code = child.wait()
-                break
-            except KeyboardInterrupt:  # only if a handler was replaced under us
-                continue
+        code = child.wait()  # SIGINT is handled above: no KeyboardInterrupt here
     return 128 - code if code < 0 else code
 
 
